@@ -1,0 +1,38 @@
+# Context effects on LLM writers and judges: studies C (open-ended conformity),
+# A (accumulated message effects) and H (history anchoring) in one DAG.
+#
+#   make demo                                   # embedded default (config/demo.yaml)
+#   snakemake --profile profiles/slurm          # paper configuration on a cluster
+#
+# The paper configuration is the default; pass --configfile to use another. (We do
+# not use the `configfile:` directive: Snakemake deep-merges it with a file given on
+# the command line, which would leak the paper's models into every other config.)
+
+import os
+import sys
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+# The library lives in src/. The Snakefile imports it from there (no install step
+# needed to parse the workflow); job scripts put the same folder on their path, so
+# per-rule conda environments need only the third-party dependencies.
+sys.path.insert(0, os.path.join(workflow.basedir, "src"))
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/conformity_generate.smk"
+include: "workflow/rules/amel.smk"
+include: "workflow/rules/anchoring.smk"
+include: "workflow/rules/paper.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        conformity_targets(),
+        amel_targets(),
+        anchoring_targets(),
+        paper_targets(),

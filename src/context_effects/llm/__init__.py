@@ -1,0 +1,1 @@
+"""LLM execution layer shared by every study (SPEC §3)."""

@@ -1,0 +1,1 @@
+"""Backends: each turns LLMRequests into LLMResults for one family of engines."""

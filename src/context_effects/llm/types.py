@@ -1,0 +1,106 @@
+"""The one request type and the one result type every study and backend uses.
+
+A request is everything that can change what a model returns; its ``key`` is the
+content address in the response store (SPEC §3.2). Study bookkeeping that must
+*not* change the answer (item id, condition, judge pass ...) travels in ``meta``,
+which is deliberately excluded from the key so two studies asking the very same
+question share one paid call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+
+# Bump when the canonical form below changes: old keys then stop matching
+# instead of silently serving answers to differently-rendered requests.
+KEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which model answers. ``provider`` is the backend family (vllm, openai, ...)."""
+
+    provider: str
+    model_id: str
+    revision: str | None = None
+    # For OpenAI-compatible servers the endpoint is part of the identity of the model.
+    base_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 300
+    seed: int | None = None
+    # Number of top alternatives per generated position; None = no logprobs.
+    logprobs: int | None = None
+    # Tokens whose first-position probability is wanted explicitly (e.g. "Yes", "No").
+    probe_tokens: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    model: ModelRef
+    messages: tuple[tuple[Role, str], ...]
+    sampling: Sampling = field(default_factory=Sampling)
+    # JSON schema the reply must satisfy (structured output where supported).
+    output_schema: dict[str, Any] | None = None
+    # Distinguishes repeated samples of the same prompt (AMEL sampling, Study H reps).
+    sample_index: int = 0
+    # Re-ask counter for replies that failed validation: a new attempt is a new key.
+    attempt: int = 0
+    # "chat" for instruction-tuned models, "completion" for base models (few-shot text).
+    mode: Literal["chat", "completion"] = "chat"
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def canonical(self) -> dict[str, Any]:
+        """Everything that can change the reply, in a stable JSON-able form."""
+        body = {
+            "v": KEY_VERSION,
+            "model": asdict(self.model),
+            "messages": [list(m) for m in self.messages],
+            "sampling": asdict(self.sampling),
+            "output_schema": self.output_schema,
+            "sample_index": self.sample_index,
+            "attempt": self.attempt,
+            "mode": self.mode,
+        }
+        body["sampling"]["probe_tokens"] = list(self.sampling.probe_tokens)
+        return body
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class LLMResult:
+    key: str
+    text: str | None
+    finish_reason: str | None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    # Top alternatives at the first generated position: token -> logprob.
+    first_token_logprobs: dict[str, float] | None = None
+    # Probability of each requested probe token at the first position.
+    probe_probs: dict[str, float] | None = None
+    latency_s: float | None = None
+    attempt: int = 0
+    backend: str = ""
+    engine_version: str = ""
+    timestamp: str = ""
+    cost_usd: float | None = None
+    # Free-text notes on how the request was adapted (e.g. "system merged into first user turn").
+    notes: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None

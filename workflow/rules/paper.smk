@@ -1,0 +1,18 @@
+# The paper: run manifest (resolved config, package versions), later every table,
+# figure, the LaTeX build and the verification of printed numbers.
+
+
+rule run_manifest:
+    """Resolved configuration (all defaults filled) and installed package versions."""
+    output:
+        "results/run/manifest.json",
+    log:
+        "logs/run_manifest.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("run_manifest", runtime=5, mem_mb=1000),
+    params:
+        config=config,
+    script:
+        "../scripts/run_manifest.py"

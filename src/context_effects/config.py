@@ -93,8 +93,11 @@ def _describe(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> str
         return f"`{where}` = {error.instance!r} is not allowed; allowed values: {allowed}"
     if error.validator == "required":
         return f"`{where}`: {error.message}"
-    if error.validator == "propertyNames":
-        return f"`{where}`: key {error.instance!r} must match {schema.get('pattern', error.validator_value)}"
+    if "propertyNames" in error.schema_path:
+        return (
+            f"`{where}`: key {error.instance!r} must match {error.validator_value} "
+            "(letters, digits, '_', '.', '-': it is used in file paths)"
+        )
     return f"`{where}`: {error.message}"
 
 

@@ -1,0 +1,43 @@
+"""Shared fixtures: where the repository and the real dataset copies are."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+def snakemake_cmd(*args: str) -> list[str]:
+    """The snakemake of the running interpreter's environment, never a random one on PATH."""
+    exe = BIN / "snakemake"
+    return [str(exe) if exe.exists() else shutil.which("snakemake") or "snakemake", *args]
+
+
+def run_snakemake(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: float = 300):
+    return subprocess.run(
+        snakemake_cmd(*args),
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A scratch working directory that sees the repo's data/ (demo items) read-only."""
+    (tmp_path / "data").symlink_to(REPO / "data")
+    return tmp_path

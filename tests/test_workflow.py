@@ -1,0 +1,101 @@
+"""The workflow as Snakemake sees it: lint, formatting, DAG shape, config validation at parse time."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import BIN, REPO, run_snakemake
+
+
+def test_snakemake_lint_is_clean():
+    res = run_snakemake("--lint")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Congratulations, your workflow is in a good condition" in res.stdout + res.stderr
+
+
+def test_snakefmt_check_is_clean():
+    exe = BIN / "snakefmt"
+    res = subprocess.run([str(exe), "--check", "Snakefile", "workflow/rules"], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _job_counts(stdout: str) -> dict[str, int]:
+    block = stdout.split("Job stats:", 1)[1]
+    return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", block, re.M)}
+
+
+def test_dry_run_paper_config(workdir):
+    t0 = time.perf_counter()
+    res = run_snakemake("-n", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir))
+    assert res.returncode == 0, res.stdout + res.stderr
+    counts = _job_counts(res.stdout)
+    # The paper config reads the hub: one download and one item table per dataset.
+    assert counts["fetch_dataset"] == 3 and counts["build_items"] == 3
+    assert counts["all"] == 1
+    assert time.perf_counter() - t0 < 120
+
+
+def test_dry_run_demo_config(workdir):
+    res = run_snakemake(
+        "-n", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--configfile=" + str(REPO / "config" / "demo.yaml"),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    counts = _job_counts(res.stdout)
+    assert "fetch_dataset" not in counts  # the embedded default never touches the network
+    assert counts["build_items"] == 3
+
+
+def test_rule_all_collects_every_study(workdir):
+    res = run_snakemake(
+        "--list-target-rules", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    rules_dir = REPO / "workflow" / "rules"
+    for study_file in ("conformity_generate.smk", "amel.smk", "anchoring.smk", "paper.smk", "common.smk"):
+        assert (rules_dir / study_file).exists()
+    snakefile = (REPO / "Snakefile").read_text()
+    for target in ("conformity_targets()", "amel_targets()", "anchoring_targets()", "paper_targets()"):
+        assert target in snakefile
+
+
+def test_bad_config_fails_before_any_job(workdir, tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
+    cfg["conformity"]["generation"]["temprature"] = 0.7
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    res = run_snakemake(
+        "--cores", "1", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--configfile=" + str(bad),
+    )
+    assert res.returncode != 0
+    out = res.stdout + res.stderr
+    assert "unknown key `conformity.generation.temprature`" in out
+    assert "allowed keys here:" in out and "temperature" in out
+    # Nothing ran: no job log, no output.
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+
+
+def test_demo_data_rules_run(workdir):
+    """The data rules of the embedded default run for real and produce valid item tables."""
+    from context_effects.datasets import read_items, validate_items
+
+    res = run_snakemake(
+        "--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--configfile=" + str(REPO / "config" / "demo.yaml"),
+        "results/items/truthfulqa.parquet", "results/items/mmlu_pro.parquet",
+        "results/items/arc_challenge.parquet", "results/run/manifest.json",
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    for ds in ("truthfulqa", "mmlu_pro", "arc_challenge"):
+        items = read_items(workdir / "results" / "items" / f"{ds}.parquet")
+        validate_items(items)
+        assert len(items) == 4
+    manifest = (workdir / "results" / "run" / "manifest.json").read_text()
+    assert "not findings" in manifest and '"kind": "demo"' in manifest

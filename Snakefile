@@ -23,10 +23,15 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/llm.smk"
 include: "workflow/rules/conformity_generate.smk"
 include: "workflow/rules/amel.smk"
 include: "workflow/rules/anchoring.smk"
 include: "workflow/rules/paper.smk"
+
+
+onstart:
+    require_api_keys()
 
 
 rule all:

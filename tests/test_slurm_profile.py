@@ -45,7 +45,9 @@ def _install_stubs(bindir: Path, log: Path) -> None:
         path.chmod(0o755)
 
 
-def _submit(workdir: Path, configfile: Path, n_expected: int, extra: tuple[str, ...] = ()) -> list[list[str]]:
+def _submit(
+    workdir: Path, configfile: Path, n_expected: int, extra: tuple[str, ...] = (), env_extra: dict | None = None
+) -> list[list[str]]:
     log = workdir / "calls.jsonl"
     bindir = workdir / "stub-bin"
     _install_stubs(bindir, log)
@@ -53,13 +55,14 @@ def _submit(workdir: Path, configfile: Path, n_expected: int, extra: tuple[str, 
         **os.environ,
         "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
         "SNAKEMAKE_PROFILE": "",
+        **(env_extra or {}),
     }
     cmd = snakemake_cmd(
         "--profile", str(REPO / "profiles" / "slurm"),
         "--snakefile", str(REPO / "Snakefile"),
         "--directory", str(workdir),
         "--configfile=" + str(configfile),
-        "--software-deployment-method", "env-modules",  # no conda here; the profile's own default is conda
+        "--software-deployment-method=env-modules",  # no conda here; the profile default is conda
         *extra,
     )
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -129,3 +132,37 @@ def test_slurm_profile_config_resources_override(workdir, tmp_path):
     calls = _submit(workdir, path, n_expected=4)
     build = shlex.split(_by_rule(calls)["build_items"])
     assert build[build.index("-t") + 1] == "42" and build[build.index("--mem") + 1] == "1234"
+
+
+def test_slurm_profile_gpu_tags_on_local_model_rules(workdir):
+    """A shard for a local 7-9B model goes to the GPU partition with --gpus=<model>:<n>;
+    a hosted-API shard goes to the CPU partition without GPUs."""
+    from context_effects.config import load_config, validate_config
+    from context_effects.llm.factory import model_ref
+    from context_effects.llm.shards import write_request_shard
+    from context_effects.llm.types import LLMRequest
+
+    cfg = validate_config(load_config(REPO / "config" / "config.yaml"))
+    targets = []
+    for model in ("qwen2.5-7b", "gemma-2-9b", "gpt-4o"):
+        req = LLMRequest(model=model_ref(model, cfg["models"][model]), messages=(("user", "Hi"),))
+        write_request_shard(workdir / "results" / "requests" / "smoke" / "gen" / model / "0000.parquet", [req])
+        targets.append(f"results/responses/smoke/gen/{model}/0000.parquet")
+    calls = _submit(
+        workdir, REPO / "config" / "config.yaml", n_expected=3, extra=tuple(targets),
+        env_extra={"OPENAI_API_KEY": "sk-test-not-a-real-key"},
+    )
+    lines = [" ".join(c) for c in calls]
+    gpu_lines = [l for l in lines if "rule_answer_requests_vllm" in l]
+    api_lines = [l for l in lines if "rule_answer_requests_remote" in l]
+    assert len(gpu_lines) == 2 and len(api_lines) == 1, lines
+    for line in gpu_lines:
+        argv = shlex.split(line)
+        assert argv[argv.index("-p") + 1] == "gpu"
+        assert "--gpus=a100:1" in argv
+        assert "--cpus-per-gpu=8" in argv
+        assert argv[argv.index("-t") + 1] == "240" and argv[argv.index("--mem") + 1] == "32000"
+    api = shlex.split(api_lines[0])
+    assert api[api.index("-p") + 1] == "cpu" and not any(a.startswith("--gpus") for a in api)
+    # The key is in the environment of the run, never on a command line.
+    assert "sk-test-not-a-real-key" not in "\n".join(lines)

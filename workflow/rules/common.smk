@@ -1,9 +1,11 @@
 # Configuration, validation and helpers shared by every rule file.
 
+import re
 from pathlib import Path
 
 from context_effects.config import load_config, validate_config
 from context_effects.datasets import DATASETS
+from context_effects.llm.secrets import check_env
 
 if not config:
     config.update(load_config(Path(workflow.basedir) / "config" / "config.yaml"))
@@ -54,3 +56,61 @@ def raw_dataset_input(wildcards):
 
 def paper_targets():
     return ["results/run/manifest.json"]
+
+
+# --- models and the LLM layer ------------------------------------------------
+
+
+def models_with(predicate):
+    return sorted(name for name, m in config["models"].items() if predicate(m))
+
+
+def name_regex(names):
+    """Wildcard constraint matching exactly these names (or nothing)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+VLLM_MODELS = models_with(lambda m: m["backend"] == "vllm")
+REMOTE_MODELS = models_with(lambda m: m["backend"] != "vllm")
+GGUF_MODELS = models_with(lambda m: m["source"]["kind"] == "gguf_package")
+
+
+def used_models():
+    """Models the enabled studies call (only these need engines or API keys)."""
+    names = set()
+    if config["conformity"]["enabled"]:
+        c = config["conformity"]
+        names |= set(c["generators"]) | set(c["judges"]) | set(c["hosted_judges"])
+    if config["amel"]["enabled"]:
+        names |= set(config["amel"]["models"])
+    if config["anchoring"]["enabled"]:
+        names |= set(config["anchoring"]["judges"])
+    return sorted(names)
+
+
+def model_files(wildcards):
+    """A packaged GGUF model must be converted (once, by a rule) before vLLM loads it."""
+    if wildcards.model in GGUF_MODELS:
+        return config["models"][wildcards.model]["model_id"]
+    return []
+
+
+def model_gpus(wildcards):
+    return config["models"][wildcards.model]["gpu"]["count"]
+
+
+def model_gpu_type(wildcards):
+    gpu = config["models"][wildcards.model]["gpu"]
+    # The slurm executor turns gpu_model into --gpus=<model>:<n>; no model, no tag.
+    return (gpu["model"] or "") if gpu["count"] else ""
+
+
+def require_api_keys():
+    """Stop before any job starts if a model the run calls needs a missing API key.
+
+    Called from `onstart`, which Snakemake runs only for a real run (not for a dry
+    run or lint), so a DAG can still be inspected on a machine without keys.
+    Replay makes no calls and needs none.
+    """
+    if not config["run"]["replay"]:
+        check_env({m: config["models"][m] for m in used_models()})

@@ -1,0 +1,93 @@
+# The LLM execution layer as rules: model preparation and answering request shards.
+# Study rules write request shards to results/requests/<study>/<stage>/<model>/<shard>.parquet
+# and read the answers from results/responses/...; every paid call also lands in the
+# shared response store (results/store), which makes reruns free and resumable.
+
+
+rule convert_gguf_model:
+    """Convert a GGUF shipped in a PyPI package into a directory vLLM loads directly."""
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/convert_gguf_model/{model}.log",
+    benchmark:
+        "benchmarks/convert_gguf_model/{model}.tsv"
+    wildcard_constraints:
+        model=name_regex(GGUF_MODELS),
+    conda:
+        "../../envs/vllm.yaml"
+    threads: config["run"]["threads_per_job"]
+    resources:
+        **rule_resources("convert_gguf_model", runtime=30, mem_mb=8000),
+    params:
+        package=lambda wildcards: config["models"][wildcards.model]["source"]["package"],
+    script:
+        "../scripts/convert_gguf_model.py"
+
+
+rule answer_requests_vllm:
+    """Answer one request shard with a local model on vLLM: one model load per job."""
+    input:
+        requests="results/requests/{study}/{stage}/{model}/{shard}.parquet",
+        model=model_files,
+    output:
+        responses="results/responses/{study}/{stage}/{model}/{shard}.parquet",
+        ledger="results/ledgers/{study}/{stage}/{model}/{shard}.json",
+    log:
+        "logs/answer_requests/{study}/{stage}/{model}/{shard}.log",
+    benchmark:
+        "benchmarks/answer_requests/{study}/{stage}/{model}/{shard}.tsv"
+    wildcard_constraints:
+        model=name_regex(VLLM_MODELS),
+    conda:
+        "../../envs/vllm.yaml"
+    threads: config["run"]["threads_per_job"]
+    resources:
+        **rule_resources("answer_requests_vllm", runtime=240, mem_mb=32000),
+        gpu=model_gpus,
+        gpu_model=model_gpu_type,
+    params:
+        model=lambda wildcards: config["models"][wildcards.model],
+        replay=config["run"]["replay"],
+    script:
+        "../scripts/answer_requests.py"
+
+
+rule answer_requests_remote:
+    """Answer one request shard through a hosted API, an HTTP server, or the synthetic model."""
+    input:
+        requests="results/requests/{study}/{stage}/{model}/{shard}.parquet",
+    output:
+        responses="results/responses/{study}/{stage}/{model}/{shard}.parquet",
+        ledger="results/ledgers/{study}/{stage}/{model}/{shard}.json",
+    log:
+        "logs/answer_requests/{study}/{stage}/{model}/{shard}.log",
+    benchmark:
+        "benchmarks/answer_requests/{study}/{stage}/{model}/{shard}.tsv"
+    wildcard_constraints:
+        model=name_regex(REMOTE_MODELS),
+    conda:
+        "../../envs/llm-api.yaml"
+    resources:
+        **rule_resources("answer_requests_remote", runtime=720, mem_mb=4000),
+        # A global counter: `--resources api=N` bounds concurrent API jobs.
+        api=1,
+    params:
+        model=lambda wildcards: config["models"][wildcards.model],
+        replay=config["run"]["replay"],
+    script:
+        "../scripts/answer_requests.py"
+
+
+rule export_store:
+    """All raw responses as one plain Parquet file, for release and replay."""
+    output:
+        "results/release/responses.parquet",
+    log:
+        "logs/export_store.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("export_store", runtime=30, mem_mb=8000),
+    shell:
+        "python -m context_effects.llm.store export results/store {output} > {log} 2>&1"

@@ -118,3 +118,13 @@ def test_every_schema_object_is_closed():
 def test_config_files_are_plain_yaml():
     for name in ("config.yaml", "demo.yaml"):
         assert isinstance(yaml.safe_load((REPO / "config" / name).read_text()), dict)
+
+
+def test_replay_overlay_switches_replay_on_and_keeps_the_rest(paper):
+    from snakemake.utils import update_config
+
+    merged = copy.deepcopy(paper)
+    update_config(merged, load_config(REPO / "config" / "replay.yaml"))  # how Snakemake merges config files
+    cfg = validate_config(merged)
+    assert cfg["run"]["replay"] is True and cfg["run"]["label"] == "paper"
+    assert cfg["conformity"]["generators"] == paper["conformity"]["generators"]

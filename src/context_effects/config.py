@@ -151,8 +151,15 @@ def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
     for name, model in models.items():
         if model.get("backend") == "openai_compatible" and not model.get("base_url"):
             problems.append(f"`models.{name}.base_url` is required for backend 'openai_compatible'")
-        if model.get("source", {}).get("kind") == "gguf_package" and not model["source"].get("package"):
-            problems.append(f"`models.{name}.source.package` is required when source.kind is 'gguf_package'")
+        if model.get("source", {}).get("kind") == "gguf_package":
+            if not model["source"].get("package"):
+                problems.append(f"`models.{name}.source.package` is required when source.kind is 'gguf_package'")
+            if model.get("model_id") != f"resources/models/{name}":
+                # The conversion rule writes resources/models/<name>; vLLM must load that.
+                problems.append(
+                    f"`models.{name}.model_id` must be 'resources/models/{name}' for a gguf_package model "
+                    f"(the converted model's directory), got {model.get('model_id')!r}"
+                )
     return problems
 
 

@@ -1,0 +1,258 @@
+"""Peer blocks and content blocks of Study C Round 2 (seed 002 §2.1, App. A.1).
+
+Design: one *panel* per (seed, item), many renderings
+------------------------------------------------------
+Every surface choice that is not the manipulation — which speakers talk, in what
+order, with which phrasing, which authority role each holds, which speakers carry
+the gold text in the mixed block, which text comes first in the mixed content
+block — is drawn **once per (seed, item_id)** into a ``PeerPanel``::
+
+    rng = numpy.random.default_rng(int.from_bytes(sha256(f"{seed}:{item_id}:peers").digest()[:8], "big"))
+    names      = rng.choice(len(NAMES), n_speakers, replace=False)
+    roles      = rng.choice(len(ROLES), n_speakers, replace=False)
+    phrasings  = rng.choice(len(PHRASINGS), n_speakers, replace=False)
+    mixed_gold = first n_speakers // 2 positions of rng.permutation(n_speakers)
+
+and the order of the mixed content block from its own stream, so it does not
+depend on ``n_speakers``::
+
+    content_mixed_gold_first = default_rng(<same, with "content-order">).random() < 0.5
+
+Every condition is then rendered from the same panel, so any two conditions
+differ only in the span that is manipulated:
+
+* authority-present vs authority-absent: identical bytes except the role
+  appositive (``", a university professor,"``) after each name
+  (``Block.role_spans`` locates them; ``without_role_labels`` removes them);
+* all-correct vs all-wrong vs mixed: same speakers, roles and phrasings; only the
+  quoted endorsed text differs (gold answer, the item's fixed wrong attractor, or
+  the mixed 3–3 assignment);
+* peer arm vs content arm of one polarity: the same candidate texts, quoted the
+  same way (the content block holds each *distinct* text once, unattributed).
+
+The generator is not part of the seed: all generators of one execution see the
+same blocks, so generator differences are not confounded with block wording. The
+execution seed is: seeds 42/43/44 draw different panels (different speakers and
+phrasings), which is what makes them separate executions under greedy decoding.
+
+Rendering
+---------
+One speaker: ``{who} {verb phrase}: "{text}"`` where ``who`` is ``Maria Chen``
+(authority absent) or ``Maria Chen, a university professor,`` (present).
+Speakers are joined by ``"; "`` and content candidates likewise, so a block is one
+line that reads naturally in the paper's inline templates ("...shared their views:
+[peer block]. Answer..."). Candidate texts are inserted verbatim (never trimmed
+or re-punctuated) so the texts a generator sees are exactly ``gold_answer`` and
+``wrong_attractor`` from the item table.
+
+All phrasings are neutral speech verbs: confidence markers ("I'm certain") would
+be a second manipulation mixed into the peer-presentation residual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+POLARITIES = ("correct", "wrong", "mixed")
+AUTHORITY_VARIANTS = ("present", "absent")
+#: Signed peer context d_i of the informed judge pass (seed 002 Eq. 8).
+D_BY_POLARITY = {"correct": 1, "mixed": 0, "wrong": -1}
+
+SEPARATOR = "; "
+
+NAMES = (
+    "Maria Chen", "James Okafor", "Priya Raman", "Daniel Weber", "Aisha Bello", "Tomas Herrera",
+    "Sofia Rossi", "Kenji Watanabe", "Emily Carter", "Omar Haddad", "Hannah Novak", "Lucas Moreau",
+    "Grace Mensah", "Ravi Patel", "Elena Petrova", "Samuel Adeyemi", "Julia Svensson", "Mateo Alvarez",
+    "Chloe Dubois", "David Kim", "Fatima Al-Sayed", "Noah Fischer", "Amara Nwosu", "Leo Costa",
+    "Mei Lin", "Ethan Brooks", "Nadia Karimi", "Oliver Grant", "Yuki Tanaka", "Isabel Ortiz",
+    "Felix Braun", "Zara Hussain", "Marcus Reid", "Anna Kowalski", "Diego Santos", "Laura Bianchi",
+    "Hiro Sato", "Rachel Cohen", "Kwame Asante", "Ingrid Larsen",
+)  # fmt: skip
+
+# Domain-general on purpose: one panel serves biology, law and folklore items alike,
+# and a role that fits one domain only would vary authority strength across items.
+ROLES = (
+    "a university professor",
+    "a senior research scientist",
+    "a tenured professor at a leading university",
+    "a recognised expert in this field",
+    "the author of a standard textbook on the subject",
+    "a member of the national academy of sciences",
+    "a senior fellow at a research institute",
+    "a professor emeritus",
+    "an expert with twenty years of experience in the field",
+    "a principal investigator at a national laboratory",
+    "the head of a university department",
+    "a reviewer for the leading journals in the field",
+)
+
+# "{who}" is always first so the authority appositive sits right after the name in
+# every phrasing (that is what makes present/absent differ in one span per speaker).
+PHRASINGS = (
+    "{who} said",
+    "{who} wrote",
+    "{who} answered",
+    "{who} replied",
+    "{who} responded",
+    "{who} gave this answer",
+    "{who} shared this answer",
+    "{who} put it this way",
+    "{who} offered this answer",
+    "{who} stated",
+)
+
+
+@dataclass(frozen=True)
+class Speaker:
+    name: str
+    role: str
+    phrasing: str
+
+
+@dataclass(frozen=True)
+class PeerPanel:
+    """Everything about an item's peer presentation except the endorsed texts."""
+
+    seed: int
+    item_id: str
+    speakers: tuple[Speaker, ...]
+    #: Per speaker: does this speaker carry the gold text in the mixed condition?
+    mixed_gold: tuple[bool, ...]
+    #: Order of the two distinct texts in the mixed content block.
+    content_mixed_gold_first: bool
+
+
+@dataclass(frozen=True)
+class Block:
+    """A rendered peer or content block and what it is made of."""
+
+    text: str
+    #: Candidate text each unit carries, in order of appearance (one per speaker for a
+    #: peer block, one per distinct candidate for a content block).
+    endorsed: tuple[str, ...]
+    #: Character spans ``(start, end)`` of the authority role labels in ``text``;
+    #: empty for authority-absent and content blocks.
+    role_spans: tuple[tuple[int, int], ...] = ()
+
+
+def _field(item: Any, name: str) -> Any:
+    return item[name] if isinstance(item, Mapping) else getattr(item, name)
+
+
+def _rng(seed: int, item_id: str, purpose: str) -> np.random.Generator:
+    digest = hashlib.sha256(f"{seed}:{item_id}:{purpose}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "big"))
+
+
+def peer_panel(item_id: str, seed: int, n_speakers: int = 6) -> PeerPanel:
+    """The seeded panel of one item (see module docstring for the exact draw order)."""
+    limit = min(len(NAMES), len(ROLES), len(PHRASINGS))
+    if not 2 <= n_speakers <= limit:
+        raise ValueError(f"n_speakers must be between 2 and {limit} (distinct names, roles and phrasings); "
+                         f"got {n_speakers}")
+    rng = _rng(int(seed), str(item_id), "peers")
+    names = rng.choice(len(NAMES), n_speakers, replace=False)
+    roles = rng.choice(len(ROLES), n_speakers, replace=False)
+    phrasings = rng.choice(len(PHRASINGS), n_speakers, replace=False)
+    gold_positions = set(rng.permutation(n_speakers)[: n_speakers // 2].tolist())
+    speakers = tuple(
+        Speaker(NAMES[n], ROLES[r], PHRASINGS[p]) for n, r, p in zip(names.tolist(), roles.tolist(), phrasings.tolist())
+    )
+    return PeerPanel(
+        seed=int(seed),
+        item_id=str(item_id),
+        speakers=speakers,
+        mixed_gold=tuple(i in gold_positions for i in range(n_speakers)),
+        content_mixed_gold_first=content_mixed_gold_first(item_id, seed),
+    )
+
+
+def content_mixed_gold_first(item_id: str, seed: int) -> bool:
+    """Whether the gold text comes first in the mixed content block of this item."""
+    return bool(_rng(int(seed), str(item_id), "content-order").random() < 0.5)
+
+
+def _check_polarity(polarity: str) -> None:
+    if polarity not in POLARITIES:
+        raise ValueError(f"polarity must be one of {POLARITIES}, got {polarity!r}")
+
+
+def _texts(item: Any) -> tuple[str, str]:
+    gold, wrong = str(_field(item, "gold_answer")), str(_field(item, "wrong_attractor"))
+    if gold == wrong:
+        raise ValueError(f"item {_field(item, 'item_id')!r}: gold answer equals the wrong attractor")
+    return gold, wrong
+
+
+def _quote(text: str) -> str:
+    return f'"{text}"'
+
+
+def peer_block(item: Any, polarity: str, authority: str, seed: int, n_speakers: int = 6) -> Block:
+    """The attributed six-speaker block of one condition and authority variant.
+
+    correct: every speaker carries ``gold_answer``; wrong: every speaker carries the
+    item's fixed ``wrong_attractor``; mixed: the panel's ``n_speakers // 2`` gold
+    speakers carry the gold text, the rest the attractor (3–3 for six speakers).
+    """
+    _check_polarity(polarity)
+    if authority not in AUTHORITY_VARIANTS:
+        raise ValueError(f"authority must be one of {AUTHORITY_VARIANTS}, got {authority!r}")
+    gold, wrong = _texts(item)
+    panel = peer_panel(_field(item, "item_id"), seed, n_speakers)
+    if polarity == "correct":
+        endorsed = (gold,) * n_speakers
+    elif polarity == "wrong":
+        endorsed = (wrong,) * n_speakers
+    else:
+        endorsed = tuple(gold if g else wrong for g in panel.mixed_gold)
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for sp, text in zip(panel.speakers, endorsed):
+        if parts:
+            pos += len(SEPARATOR)
+        who = sp.name
+        if authority == "present":
+            label = f", {sp.role},"
+            start = pos + len(sp.phrasing.split("{who}")[0]) + len(sp.name)
+            spans.append((start, start + len(label)))
+            who = sp.name + label
+        unit = f"{sp.phrasing.format(who=who)}: {_quote(text)}"
+        parts.append(unit)
+        pos += len(unit)
+    return Block(text=SEPARATOR.join(parts), endorsed=endorsed, role_spans=tuple(spans))
+
+
+def content_block(item: Any, polarity: str, seed: int) -> Block:
+    """The unattributed block: each distinct candidate text once, quoted as in the peer block.
+
+    The mixed order is seeded by (seed, item_id) (``content_mixed_gold_first``),
+    never drawn per call.
+    """
+    _check_polarity(polarity)
+    gold, wrong = _texts(item)
+    if polarity == "correct":
+        texts: tuple[str, ...] = (gold,)
+    elif polarity == "wrong":
+        texts = (wrong,)
+    else:
+        gold_first = content_mixed_gold_first(_field(item, "item_id"), seed)
+        texts = (gold, wrong) if gold_first else (wrong, gold)
+    return Block(text=SEPARATOR.join(_quote(t) for t in texts), endorsed=texts)
+
+
+def without_role_labels(block: Block) -> str:
+    """The block text with the authority role spans cut out (equals the absent variant)."""
+    out, last = [], 0
+    for start, end in block.role_spans:
+        out.append(block.text[last:start])
+        last = end
+    out.append(block.text[last:])
+    return "".join(out)

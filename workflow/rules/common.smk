@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 from context_effects.config import load_config, validate_config
+from context_effects.conformity.stages import n_shards, shard_label
 from context_effects.datasets import DATASETS
 from context_effects.llm.secrets import check_env
 
@@ -114,3 +115,47 @@ def require_api_keys():
     """
     if not config["run"]["replay"]:
         check_env({m: config["models"][m] for m in used_models()})
+
+
+# --- Study C: generation ---------------------------------------------------------
+
+
+def conformity_generators():
+    return config["conformity"]["generators"]
+
+
+def conformity_shards(dataset):
+    gen = config["conformity"]["generation"]
+    return [
+        shard_label(i)
+        for i in range(n_shards(dataset_config(dataset)["n_items"], gen["shard_size"]))
+    ]
+
+
+def conformity_executions():
+    """(corpus, seed) of every generation run: the main corpus per seed label, and
+    the self-contained decomposition corpus (seed 002 §2.2)."""
+    c = config["conformity"]
+    runs = [("main", s) for s in c["seeds"]]
+    if c["decomposition"]["enabled"]:
+        runs.append(("decomp", c["decomposition"]["seed"]))
+    return runs
+
+
+def conformity_response_shards(wildcards):
+    return [
+        f"results/responses/conformity/{corpus}-{stage}-s{seed}/{gen}/{wildcards.dataset}-{shard}.parquet"
+        for corpus, seed in conformity_executions()
+        for stage in ("round1", "round2")
+        for gen in conformity_generators()
+        for shard in conformity_shards(wildcards.dataset)
+    ]
+
+
+def conformity_targets():
+    if not config["conformity"]["enabled"]:
+        return []
+    return expand(
+        "results/conformity/answers/{dataset}.parquet",
+        dataset=config["conformity"]["datasets"],
+    )

@@ -1,9 +1,71 @@
-# Study C (seed 002): generation of Round 1 / Round 2 answers and anchors.
-# The study consumes the item tables of its datasets; generation, judging and
-# fitting rules extend `conformity_targets` as they land.
+# Study C (seed 002): Round 1 and Round 2 answers of every generator, for the main
+# corpus (one execution per seed label) and the decomposition corpus. Requests are
+# answered by the generic rules of llm.smk; this file builds them and collects the
+# answers.
 
 
-def conformity_targets():
-    if not config["conformity"]["enabled"]:
-        return []
-    return items_for(config["conformity"]["datasets"])
+rule conformity_round1_requests:
+    """Round-1 requests of one shard of items (seed 002 App. A.1)."""
+    input:
+        item_table="results/items/{dataset}.parquet",
+    output:
+        "results/requests/conformity/{corpus}-round1-s{seed}/{generator}/{dataset}-{shard}.parquet",
+    log:
+        "logs/conformity/requests/{corpus}-round1-s{seed}/{generator}/{dataset}-{shard}.log",
+    wildcard_constraints:
+        corpus="main|decomp",
+        seed=r"\d+",
+        shard=r"\d{3}",
+        generator=name_regex(config["conformity"]["generators"]),
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("conformity_round1_requests", runtime=10, mem_mb=2000),
+    params:
+        model=lambda wildcards: config["models"][wildcards.generator],
+        generation=config["conformity"]["generation"],
+    script:
+        "../scripts/conformity_requests.py"
+
+
+rule conformity_round2_requests:
+    """Round-2 arms branched from each realised Round-1 answer (seed 002 §2.1, App. A.1)."""
+    input:
+        item_table="results/items/{dataset}.parquet",
+        round1="results/responses/conformity/{corpus}-round1-s{seed}/{generator}/{dataset}-{shard}.parquet",
+    output:
+        "results/requests/conformity/{corpus}-round2-s{seed}/{generator}/{dataset}-{shard}.parquet",
+    log:
+        "logs/conformity/requests/{corpus}-round2-s{seed}/{generator}/{dataset}-{shard}.log",
+    wildcard_constraints:
+        corpus="main|decomp",
+        seed=r"\d+",
+        shard=r"\d{3}",
+        generator=name_regex(config["conformity"]["generators"]),
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("conformity_round2_requests", runtime=10, mem_mb=2000),
+    params:
+        model=lambda wildcards: config["models"][wildcards.generator],
+        generation=config["conformity"]["generation"],
+        peers=config["conformity"]["peers"],
+    script:
+        "../scripts/conformity_requests.py"
+
+
+rule conformity_answers:
+    """Every answer of a dataset (all generators, executions, arms) plus the anchors."""
+    input:
+        item_table="results/items/{dataset}.parquet",
+        responses=conformity_response_shards,
+    output:
+        "results/conformity/answers/{dataset}.parquet",
+    log:
+        "logs/conformity/answers/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("conformity_answers", runtime=10, mem_mb=4000),
+    script:
+        "../scripts/conformity_answers.py"

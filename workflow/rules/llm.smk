@@ -39,6 +39,9 @@ rule answer_requests_vllm:
         "benchmarks/answer_requests/{study}/{stage}/{model}/{shard}.tsv"
     wildcard_constraints:
         model=name_regex(VLLM_MODELS),
+        study="[a-z_]+",
+        stage="[A-Za-z0-9_.-]+",
+        shard="[A-Za-z0-9_.-]+",
     conda:
         "../../envs/vllm.yaml"
     threads: config["run"]["threads_per_job"]
@@ -66,6 +69,9 @@ rule answer_requests_remote:
         "benchmarks/answer_requests/{study}/{stage}/{model}/{shard}.tsv"
     wildcard_constraints:
         model=name_regex(REMOTE_MODELS),
+        study="[a-z_]+",
+        stage="[A-Za-z0-9_.-]+",
+        shard="[A-Za-z0-9_.-]+",
     conda:
         "../../envs/llm-api.yaml"
     resources:

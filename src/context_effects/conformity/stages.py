@@ -1,0 +1,128 @@
+"""Study C generation as file-to-file steps (what the Snakemake scripts call).
+
+Work is cut into shards of items, the same cut at every stage, so Round-2 shard k
+needs only Round-1 shard k: a job never waits for a whole dataset, and a rerun of
+one shard touches nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from context_effects.conformity.requests import anchor_texts, answers_frame, round1_requests, round2_requests
+from context_effects.datasets import read_items
+from context_effects.llm.shards import write_request_shard
+from context_effects.llm.store import request_from_json
+
+#: A trial yields at most 8 answers (Round 1, no-peer, 3 content or 6 peer arms).
+ANSWERS_PER_TRIAL = 8
+
+
+def items_per_shard(shard_size: int) -> int:
+    """Items per shard so that the largest stage stays within ``shard_size`` requests."""
+    return max(1, shard_size // ANSWERS_PER_TRIAL)
+
+
+def n_shards(n_items: int, shard_size: int) -> int:
+    return max(1, math.ceil(n_items / items_per_shard(shard_size)))
+
+
+def shard_label(index: int) -> str:
+    return f"{index:03d}"
+
+
+def item_block(items: pd.DataFrame, shard: int, shard_size: int) -> pd.DataFrame:
+    k = items_per_shard(shard_size)
+    return items.iloc[shard * k : (shard + 1) * k]
+
+
+def _policy(settings: Mapping[str, Any]) -> dict[str, Any]:
+    # seed 002 App. A.6: malformed or empty completions are retried up to
+    # `max_retries` times, temperature +step per retry (capped), seed +1.
+    return {
+        "validator": "nonempty",
+        "max_attempts": 1 + int(settings["max_retries"]),
+        "retry_temperature_step": float(settings["retry_temperature_step"]),
+        "retry_temperature_cap": float(settings["retry_temperature_cap"]),
+    }
+
+
+def write_round1_shard(
+    items_path: str | Path,
+    out_path: str | Path,
+    *,
+    shard: int,
+    generator: str,
+    model_cfg: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    seed: int,
+    corpus: str,
+) -> int:
+    block = item_block(read_items(items_path), shard, settings["shard_size"])
+    requests = round1_requests(block, generator, model_cfg, settings, seed, corpus=corpus)
+    write_request_shard(out_path, requests, **_policy(settings))
+    return len(requests)
+
+
+def realised_answers(responses_path: str | Path) -> dict[str, str | None]:
+    """item_id -> the realised answer text of a Round-1 response shard (None if it failed)."""
+    table = pd.read_parquet(responses_path, columns=["request_json", "text", "ok"])
+    out: dict[str, str | None] = {}
+    for blob, text, ok in zip(table["request_json"], table["text"], table["ok"]):
+        out[request_from_json(blob).meta["item_id"]] = text if ok else None
+    return out
+
+
+def write_round2_shard(
+    items_path: str | Path,
+    round1_responses: str | Path,
+    out_path: str | Path,
+    *,
+    shard: int,
+    generator: str,
+    model_cfg: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    peers: Mapping[str, Any],
+    seed: int,
+    corpus: str,
+) -> int:
+    block = item_block(read_items(items_path), shard, settings["shard_size"])
+    requests = round2_requests(
+        block,
+        realised_answers(round1_responses),
+        generator,
+        model_cfg,
+        settings,
+        seed,
+        corpus=corpus,
+        authority_variants=tuple(peers["authority_variants"]),
+        n_speakers=int(peers["n_speakers"]),
+        # A trial whose Round 1 never produced an answer has nothing to branch from.
+        on_missing="skip",
+    )
+    write_request_shard(out_path, requests, **_policy(settings))
+    return len(requests)
+
+
+def collect_answers(items_path: str | Path, response_paths: Sequence[str | Path]) -> pd.DataFrame:
+    """One row per answer of a dataset: every generated answer plus the two fixed anchors per item."""
+    frames = []
+    for path in response_paths:
+        table = pd.read_parquet(path, columns=["request_json", "text", "ok"])
+        requests = [request_from_json(b) for b in table["request_json"]]
+        texts = [t if ok else None for t, ok in zip(table["text"], table["ok"])]
+        frames.append(answers_frame(requests, texts))
+    frames.append(anchor_texts(read_items(items_path)))
+    answers = pd.concat(frames, ignore_index=True)
+    # The decomposition's Round 1 can be byte-identical to the main seed's Round 1
+    # (same prompt and seed): the store answers it once, but both rows are kept
+    # since they belong to different corpora.
+    dup = answers["answer_id"].duplicated()
+    if dup.any():
+        raise ValueError(f"duplicate answer ids: {answers.loc[dup, 'answer_id'].head().tolist()}")
+    return answers

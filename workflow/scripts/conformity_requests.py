@@ -1,0 +1,26 @@
+"""Build one shard of Study C generation requests (Round 1, or Round 2 from Round 1's answers)."""
+
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
+
+from context_effects.conformity.stages import write_round1_shard, write_round2_shard
+from context_effects.jobs import setup_job_logging
+
+log = setup_job_logging(snakemake.log[0])
+w = snakemake.wildcards
+common = dict(
+    shard=int(w.shard),
+    generator=w.generator,
+    model_cfg=snakemake.params.model,
+    settings=snakemake.params.generation,
+    seed=int(w.seed),
+    corpus="decomposition" if w.corpus == "decomp" else "main",
+)
+if "round1" in snakemake.input.keys():
+    n = write_round2_shard(
+        snakemake.input.item_table, snakemake.input.round1, snakemake.output[0], peers=snakemake.params.peers, **common
+    )
+else:
+    n = write_round1_shard(snakemake.input.item_table, snakemake.output[0], **common)
+log.info("wrote %d requests to %s", n, snakemake.output[0])

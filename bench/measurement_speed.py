@@ -1,0 +1,383 @@
+"""Benchmark: NUTS speed of the seed 002 measurement model (SPEC §4.5). Prints figures; not a test.
+
+(1) Same simulated data at 1/10 paper scale (50 items × 4 generators × 4 judges, blind +
+    informed, anchors: 11,600 ratings), same machine, one chain each:
+    (a) the straightforward non-centred model: per-rating gathers, NumPyro's OrderedLogistic,
+        plain diagonal mass matrix, float64;
+    (b) the fastest implementation: dense answer × judge layout, stable ordinal log-prob with
+        a hand-written derivative, dense mass block over the global sites, float32
+        (and (b64), the same in float64, the paper's precision).
+    Reported: min and median bulk ESS over γ and η, wall time (compile + warm-up + sampling),
+    ESS per second, leapfrog steps per draw, peak RSS; the ratio (b)/(a).
+(2) Full scale (500 items: 116,000 ratings, 18,034 sampled dimensions): the gradient's cost
+    timed directly, and a short NUTS run (few warm-up iterations) for per-step cost and
+    steps per draw; extrapolated to the paper's 4 × (1,500 + 1,500). The short run's steps
+    per draw come from an unadapted sampler, so the extrapolation also uses the steps per draw
+    measured after full adaptation (SPEC §4.5 prototype: ~63 dense / ~511 diagonal).
+
+Each configuration runs in its own process (fresh JAX, own peak memory, own precision).
+Usage::
+
+    .venv/bin/python bench/measurement_speed.py [--warmup 400 --samples 400] [--full-warmup 20]
+        [--threads 1] [--skip-full] [--variants a,b,b64,b_diag] [--cache DIR]
+    .venv/bin/python bench/measurement_speed.py --svi-check [--warmup 500 --samples 500]
+
+Short runs understate the dense block: its covariance is estimated from the last warm-up
+windows, which are only ~25-200 draws long when warm-up is a few hundred iterations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+VARIANTS = {
+    "a": {"layout": "long", "ordinal": "numpyro", "dense_globals": False, "precision": "float64"},
+    "b": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float32"},
+    "b64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64"},
+    "b_diag": {"layout": "grid", "ordinal": "stable", "dense_globals": False, "precision": "float32"},
+}
+LABELS = {
+    "a": "(a) straightforward: long gathers, builtin OrderedLogistic, diag mass, f64",
+    "b": "(b) fastest: grid, stable log-prob, dense global block, f32",
+    "b64": "(b64) = (b) in float64",
+    "b_diag": "(b_diag) = (b) with a plain diagonal mass matrix (isolates the dense block)",
+}
+
+
+def _thread_env(threads: int) -> dict[str, str]:
+    flags = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" if threads == 1 else ""
+    return {
+        "XLA_FLAGS": flags,
+        "OMP_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
+
+
+def worker(spec: dict) -> dict:
+    import jax
+    import numpy as np
+
+    from context_effects.measurement import diagnostics, fit_nuts, prepare_data, set_precision, simulate_ratings
+    from context_effects.measurement.fit import fit_blocks
+    from context_effects.measurement.model import ModelOptions, log_likelihood, model_arrays
+
+    table, truth = simulate_ratings(n_items=spec["items"], seed=spec["data_seed"])
+    data = prepare_data(table)
+    v = VARIANTS[spec["variant"]]
+    out = {
+        "variant": spec["variant"],
+        "items": spec["items"],
+        "ratings": data.n_ratings,
+        "dims": 2 + 3 * data.n_judges + data.n_cells + data.n_categories - 1 + data.n_trials + data.n_answers,
+    }
+
+    # Cost of one log-density gradient, timed directly (the per-leapfrog floor).
+    dtype = set_precision(v["precision"])
+    opts = ModelOptions(layout=v["layout"], ordinal=v["ordinal"])
+    arrays = model_arrays(data, opts, dtype)
+    params = {k: jax.numpy.asarray(x, dtype) for k, x in truth.as_params(data).items()}
+    grad = jax.jit(jax.value_and_grad(lambda p, a: log_likelihood(p, a, opts)))
+    jax.block_until_ready(grad(params, arrays))
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(10):
+            r = grad(params, arrays)
+        jax.block_until_ready(r)
+        best = min(best, (time.perf_counter() - t0) / 10)
+    out["grad_ms"] = best * 1e3
+    if spec.get("grad_only"):
+        out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return out
+
+    if spec.get("svi_guide"):
+        from context_effects.measurement import fit_svi
+
+        fit = fit_svi(
+            data,
+            steps=spec["svi_steps"],
+            guide=spec["svi_guide"],
+            num_draws=2000,
+            precision="float64",
+            compilation_cache=spec["cache"],
+        )
+        out.update(
+            wall_s=fit.timings["total_s"],
+            intervals=_intervals(fit, truth, data),
+            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        )
+        return out
+
+    fit = fit_nuts(
+        data,
+        chains=1,
+        warmup=spec["warmup"],
+        samples=spec["samples"],
+        seed=spec.get("seed", 42),
+        layout=v["layout"],
+        ordinal=v["ordinal"],
+        dense_globals=v["dense_globals"],
+        precision=v["precision"],
+        compilation_cache=spec["cache"],
+        keep_locals=False,
+    )
+    diag = diagnostics(fit, blocks=("eta", "gamma"))
+    blocks = fit_blocks(fit)
+    import arviz as az
+
+    ess = {}
+    for name in ("eta", "gamma"):
+        e = az.ess(az.convert_to_dataset({"x": blocks[name].draws}), method="bulk")["x"].values
+        ess[name] = (float(np.min(e)), float(np.median(e)))
+    st = fit.sampler_stats
+    out.update(
+        warmup=spec["warmup"],
+        samples=spec["samples"],
+        wall_s=fit.timings["total_s"],
+        warmup_s=fit.timings["warmup_s"],
+        sampling_s=fit.timings["sampling_s"],
+        warmup_steps=int(st["warmup_num_steps"].sum()),
+        sample_steps=int(st["num_steps"].sum()),
+        steps_per_draw=float(np.mean(st["num_steps"])),
+        step_size=float(np.mean(st["step_size"])),
+        divergences=int(st["diverging"].sum()),
+        max_rhat=diag["max_rhat"],
+        ess_eta_min=ess["eta"][0],
+        ess_eta_med=ess["eta"][1],
+        ess_gamma_min=ess["gamma"][0],
+        ess_gamma_med=ess["gamma"][1],
+        peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    if spec.get("intervals"):
+        out["intervals"] = _intervals(fit, truth, data)
+    return out
+
+
+INTERVAL_BLOCKS = ("eta", "gamma", "alpha", "beta", "kappa", "sigma_b", "sigma_theta")
+
+
+def _intervals(fit, truth, data) -> dict:
+    """Per block: 95% interval widths, truth covered, posterior means, truths."""
+    from context_effects.measurement import compare_to_truth
+
+    cmp = compare_to_truth(fit, truth.as_params(data), INTERVAL_BLOCKS)
+    return {
+        b: {
+            "width": (g["q97.5"] - g["q2.5"]).tolist(),
+            "covered": g["covered"].tolist(),
+            "mean": g["mean"].tolist(),
+            "truth": g["truth"].tolist(),
+        }
+        for b, g in cmp.groupby("block", sort=False)
+    }
+
+
+def svi_check(args, cache) -> None:
+    """SVI guides against NUTS on the same simulated 1/10-scale data: interval width ratio
+    (SVI / NUTS, median over the block's coordinates), coverage of the truth, point error."""
+    import numpy as np
+
+    print(
+        f"\n# SVI vs NUTS on the same simulated data ({args.items} items); NUTS = variant b, 1 chain, "
+        f"{args.warmup} + {args.samples}; SVI {args.svi_steps} steps, 2000 guide draws, float64"
+    )
+    nuts = run_worker(
+        {
+            "variant": "b",
+            "items": args.items,
+            "warmup": args.warmup,
+            "samples": args.samples,
+            "data_seed": args.data_seed,
+            "cache": cache,
+            "intervals": True,
+        },
+        args.threads,
+    )
+    fits = {"NUTS": nuts}
+    for guide in ("normal", "lowrank", "mvn_globals"):
+        fits[guide] = run_worker(
+            {
+                "variant": "b",
+                "items": args.items,
+                "svi_guide": guide,
+                "svi_steps": args.svi_steps,
+                "data_seed": args.data_seed,
+                "cache": cache,
+            },
+            args.threads,
+        )
+    print(f"{'fit':12s} {'wall s':>7s} " + " ".join(f"{b:>22s}" for b in INTERVAL_BLOCKS))
+    print(f"{'':12s} {'':7s} " + " ".join(f"{'width/NUTS cover |err|':>22s}" for _ in INTERVAL_BLOCKS))
+    for name, r in fits.items():
+        cells = []
+        for b in INTERVAL_BLOCKS:
+            iv, ref = r["intervals"][b], nuts["intervals"][b]
+            ratio = float(np.median(np.asarray(iv["width"]) / np.asarray(ref["width"])))
+            cover = float(np.mean(iv["covered"]))
+            err = float(np.mean(np.abs(np.asarray(iv["mean"]) - np.asarray(iv["truth"]))))
+            cells.append(f"{ratio:8.2f} {cover:5.0%} {err:6.3f}")
+        print(f"{name:12s} {r['wall_s']:7.1f} " + " ".join(f"{c:>22s}" for c in cells))
+
+
+def run_worker(spec: dict, threads: int) -> dict:
+    env = {**os.environ, **_thread_env(threads), "PYTHONPATH": str(REPO / "src")}
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"worker {spec} failed:\n{proc.stderr[-3000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["process_s"] = time.perf_counter() - t0
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--items", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=400)
+    ap.add_argument("--samples", type=int, default=400)
+    ap.add_argument("--variants", default="a,b,b64")
+    ap.add_argument("--full-items", type=int, default=500)
+    ap.add_argument("--full-warmup", type=int, default=20)
+    ap.add_argument("--full-samples", type=int, default=20)
+    ap.add_argument("--full-variant", default="b")
+    ap.add_argument("--skip-full", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--cache",
+        default="default",
+        help="JAX persistent compilation cache dir; 'default' = $CONTEXT_EFFECTS_JAX_CACHE or <repo>/.cache/jax, "
+        "'' = off. A cold cache shows the full compile time, a warm one ~8 s.",
+    )
+    ap.add_argument("--data-seed", type=int, default=7)
+    ap.add_argument("--svi-check", action="store_true", help="only compare SVI guides with NUTS (intervals, coverage)")
+    ap.add_argument("--svi-steps", type=int, default=4000)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(json.loads(args.worker))))
+        return
+
+    cache = True if args.cache == "default" else (args.cache or False)
+    if args.svi_check:
+        svi_check(args, cache)
+        return
+    print(
+        f"# measurement-model NUTS benchmark — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
+        f"threads/process={args.threads}, load avg {os.getloadavg()[0]:.2f}, compile cache={'on' if cache else 'off'}"
+    )
+    print(
+        f"# 1/10 scale: {args.items} items x 4 generators x 4 judges; 1 chain, {args.warmup} warm-up + "
+        f"{args.samples} draws; ESS/s uses the whole wall time (compile + warm-up + sampling)"
+    )
+    rows = {}
+    for name in args.variants.split(","):
+        spec = {
+            "variant": name,
+            "items": args.items,
+            "warmup": args.warmup,
+            "samples": args.samples,
+            "data_seed": args.data_seed,
+            "cache": cache,
+        }
+        rows[name] = r = run_worker(spec, args.threads)
+        print(f"\n{LABELS[name]}\n  ratings {r['ratings']}, sampled dims {r['dims']}; gradient {r['grad_ms']:.3f} ms")
+        print(
+            f"  wall {r['wall_s']:.1f} s (warm-up {r['warmup_s']:.1f} s incl. compile, sampling {r['sampling_s']:.1f} s); "
+            f"steps/draw {r['steps_per_draw']:.1f} (warm-up total {r['warmup_steps']}), step size {r['step_size']:.3f}, "
+            f"per step {1e3 * r['sampling_s'] / max(r['sample_steps'], 1):.3f} ms"
+        )
+        print(
+            f"  bulk ESS eta min/median {r['ess_eta_min']:.0f}/{r['ess_eta_med']:.0f}, gamma min/median "
+            f"{r['ess_gamma_min']:.0f}/{r['ess_gamma_med']:.0f}; max R-hat {r['max_rhat']:.3f}; divergences "
+            f"{r['divergences']}; peak RSS {r['peak_rss_mb']:.0f} MB"
+        )
+    if len(rows) > 1:
+        print("\n# side by side (ESS per second of total wall time; min over the block = the weakest coordinate)")
+        print(
+            f"{'variant':8s} {'wall s':>8s} {'ESS/s eta(min)':>15s} {'ESS/s gamma(min)':>17s} {'ESS/s eta(med)':>15s} "
+            f"{'steps/draw':>11s} {'ms/step':>8s}"
+        )
+        for name, r in rows.items():
+            print(
+                f"{name:8s} {r['wall_s']:8.1f} {r['ess_eta_min'] / r['wall_s']:15.2f} {r['ess_gamma_min'] / r['wall_s']:17.2f} "
+                f"{r['ess_eta_med'] / r['wall_s']:15.2f} {r['steps_per_draw']:11.1f} "
+                f"{1e3 * r['sampling_s'] / max(r['sample_steps'], 1):8.3f}"
+            )
+        base = rows.get("a")
+        if base:
+            for name, r in rows.items():
+                if name == "a":
+                    continue
+                ratio = lambda k: (r[k] / r["wall_s"]) / max(base[k] / base["wall_s"], 1e-12)  # noqa: E731
+                print(
+                    f"ratio {name}/a: ESS/s eta(min) x{ratio('ess_eta_min'):.1f}, gamma(min) x{ratio('ess_gamma_min'):.1f}, "
+                    f"eta(median) x{ratio('ess_eta_med'):.1f}; sampling-phase ESS/s eta(min) "
+                    f"x{(r['ess_eta_min'] / r['sampling_s']) / max(base['ess_eta_min'] / base['sampling_s'], 1e-12):.1f}"
+                )
+    if args.skip_full:
+        return
+
+    print(
+        f"\n# full scale: {args.full_items} items x 4 x 4, variant {args.full_variant} "
+        f"(+ gradients of b64 and a); short run {args.full_warmup} + {args.full_samples}"
+    )
+    spec = {
+        "variant": args.full_variant,
+        "items": args.full_items,
+        "warmup": args.full_warmup,
+        "samples": args.full_samples,
+        "data_seed": args.data_seed,
+        "cache": cache,
+    }
+    r = run_worker(spec, args.threads)
+    step_ms = 1e3 * (r["sampling_s"]) / max(r["sample_steps"], 1)
+    print(f"  ratings {r['ratings']}, sampled dims {r['dims']}; gradient {r['grad_ms']:.2f} ms (timed directly)")
+    print(
+        f"  short run: wall {r['wall_s']:.1f} s (warm-up {r['warmup_s']:.1f} s incl. compile, {r['warmup_steps']} steps); "
+        f"sampling {r['sampling_s']:.1f} s for {r['sample_steps']} steps = {step_ms:.2f} ms/step; "
+        f"steps/draw {r['steps_per_draw']:.0f} at step size {r['step_size']:.3f} (unadapted mass matrix)"
+    )
+    print(f"  peak RSS {r['peak_rss_mb']:.0f} MB")
+    tenth = rows.get(args.full_variant)
+    ratio = None
+    if tenth:
+        # warm-up iterations cost more steps than draws (unadapted metric, small step sizes early on)
+        ratio = (tenth["warmup_steps"] / tenth["warmup"]) / tenth["steps_per_draw"]
+    print(f"  extrapolation to 4 chains x (1,500 + 1,500), sequential, compile excluded, at {step_ms:.2f} ms/step:")
+    if ratio:
+        print(
+            f"    warm-up iterations cost {ratio:.1f}x the steps of a draw at 1/10 scale ({tenth['warmup']} warm-up "
+            f"iterations; with 1,500 the early unadapted phase weighs less, so this overstates warm-up)"
+        )
+    for label, spd in (
+        ("steps/draw of this short run (unadapted)", r["steps_per_draw"]),
+        ("63 steps/draw (SPEC, dense block, adapted)", 63.0),
+        ("511 steps/draw (SPEC, diagonal, adapted)", 511.0),
+    ):
+        sampling_h = 4 * 1500 * spd * step_ms / 1e3 / 3600
+        warm_h = sampling_h * (ratio or 1.0)
+        print(f"    {label:45s}: sampling {sampling_h:6.2f} h + warm-up {warm_h:6.2f} h = {sampling_h + warm_h:6.2f} h")
+    others = [v for v in ("b64", "a") if v != args.full_variant]
+    for name in others:
+        ro = run_worker({**spec, "variant": name, "grad_only": True}, args.threads)
+        print(
+            f"  variant {name} at full scale: gradient {ro['grad_ms']:.2f} ms (timed directly, no NUTS run) = "
+            f"{ro['grad_ms'] / r['grad_ms']:.1f}x variant {args.full_variant}'s; peak RSS {ro['peak_rss_mb']:.0f} MB"
+        )
+
+
+if __name__ == "__main__":
+    main()

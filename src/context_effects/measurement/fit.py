@@ -1,0 +1,651 @@
+"""Fitting the measurement model (NUTS, SVI), derived estimands, summaries and diagnostics.
+
+Paper set-up (seed 002 App. A.7/C.1): 4 chains × (1,500 warmup + 1,500 draws),
+target_accept 0.95, max_tree_depth 10, seed 42, float64. Diagnostics follow App. C.2
+and Table 9: max split rank-normalised R-hat, min bulk and tail ESS over the reported
+blocks (shifts, decomposition components, γ, Asym_total), and the divergence count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import arviz as az
+import jax
+import numpy as np
+import pandas as pd
+
+from context_effects.measurement.data import CONTENT_CONDITIONS, CONTENT_OF_PEER, PEER_CONDITIONS, MeasurementData
+from context_effects.measurement.model import (
+    LOCAL_SITES,
+    ModelOptions,
+    global_sites,
+    increment_matrix,
+    make_model,
+    model_arrays,
+)
+
+PRECISIONS = ("float64", "float32")
+#: Blocks whose weakest coordinate Table 9 reports (those absent from a fit are skipped).
+REPORTED_BLOCKS = ("total_shift", "delta_sp", "delta_content", "delta_pp", "gamma", "asym_total")
+#: Blocks whose sign is a claim, so Pr(> 0) is reported.
+SIGNED_BLOCKS = ("eta", "total_shift", "delta_sp", "delta_content", "delta_pp", "gamma", "asym_total")
+_REPO = Path(__file__).resolve().parents[3]
+
+
+# ----------------------------------------------------------------------------- runtime
+
+
+def set_precision(precision: str) -> Any:
+    """Switch JAX to float64 or float32 (a process-wide JAX setting) and return the dtype."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    jax.config.update("jax_enable_x64", precision == "float64")
+    return jax.numpy.float64 if precision == "float64" else jax.numpy.float32
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("CONTEXT_EFFECTS_JAX_CACHE")
+    if env:
+        return Path(env)
+    root = _REPO if (_REPO / "pyproject.toml").exists() else Path.cwd()
+    return root / ".cache" / "jax"
+
+
+def enable_compilation_cache(path: str | os.PathLike | None = None) -> Path:
+    """Turn on JAX's persistent compilation cache (first-call compile ~40 s → ~8 s here).
+
+    Directory: ``path``, else ``$CONTEXT_EFFECTS_JAX_CACHE``, else ``<repo>/.cache/jax``.
+    """
+    cache = Path(path) if path is not None else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(cache))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return cache
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass
+class Block:
+    """One reported parameter block: draws (chain, draw, n) and a label dict per coordinate."""
+
+    name: str
+    labels: list[dict[str, Any]]
+    draws: np.ndarray
+
+    @property
+    def names(self) -> list[str]:
+        return [self.name + ("[" + ",".join(str(v) for v in lab.values()) + "]" if lab else "") for lab in self.labels]
+
+
+@dataclass
+class Fit:
+    """A fitted model. ``samples`` holds raw sites as (chain, draw, ...) arrays."""
+
+    method: str
+    data: MeasurementData
+    options: ModelOptions
+    samples: dict[str, np.ndarray]
+    settings: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+    sampler_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    mcmc: Any = None
+    svi_losses: np.ndarray | None = None
+
+    @property
+    def n_chains(self) -> int:
+        return int(next(iter(self.samples.values())).shape[0])
+
+    @property
+    def n_draws(self) -> int:
+        return int(next(iter(self.samples.values())).shape[1])
+
+
+def _np_tree(tree: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v) for k, v in tree.items()}
+
+
+# ----------------------------------------------------------------------------- NUTS
+
+
+def fit_nuts(
+    data: MeasurementData,
+    *,
+    chains: int = 4,
+    warmup: int = 1500,
+    samples: int = 1500,
+    target_accept: float = 0.95,
+    max_tree_depth: int = 10,
+    seed: int = 42,
+    precision: str = "float64",
+    dense_globals: bool = True,
+    chain_method: str = "sequential",
+    theta_anchor: float = 1.5,
+    layout: str = "grid",
+    ordinal: str = "stable",
+    shift_prior: str = "cell",
+    keep_locals: bool = True,
+    compilation_cache: bool | str | os.PathLike = True,
+    init_strategy=None,
+    progress_bar: bool = False,
+) -> Fit:
+    """NUTS fit; defaults are the paper's set-up plus the measured speed-ups.
+
+    dense_globals: dense mass-matrix block over the ~34 global sites (diagonal for the
+        trial and answer deviations) — ~8x fewer leapfrog steps per draw at full scale.
+    chain_method: "sequential" (default: on 2 cores one chain already uses ~1.7 cores, so
+        parallel chains gave no gain) or "parallel", which needs as many JAX devices as
+        chains (XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts) and
+        falls back to sequential otherwise.
+    keep_locals: keep draws of z_b and ε (needed for per-answer θ); False saves memory.
+    Warm-up and sampling run as two calls so each is timed (the compile falls in the first;
+    the second compiles again only when warmup != samples). The warm-up draws are collected
+    and then dropped (that is what lets the compiled loop be reused); with keep_locals they
+    briefly cost chains × warmup × (trials + answers) floats (~0.9 GB f64 at paper scale).
+    """
+    from numpyro.infer import MCMC, NUTS, init_to_median
+
+    dtype = set_precision(precision)
+    if compilation_cache:
+        enable_compilation_cache(None if compilation_cache is True else compilation_cache)
+    options = ModelOptions(theta_anchor=theta_anchor, layout=layout, ordinal=ordinal, shift_prior=shift_prior)
+    model = make_model(data, options)
+    arrays = model_arrays(data, options, dtype)
+    effective_method = chain_method
+    if chains > 1 and chain_method == "parallel" and jax.local_device_count() < chains:
+        effective_method = "sequential"
+    kernel = NUTS(
+        model,
+        target_accept_prob=target_accept,
+        max_tree_depth=max_tree_depth,
+        dense_mass=[global_sites(options)] if dense_globals else False,
+        init_strategy=init_strategy or init_to_median(num_samples=15),
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=warmup,
+        num_samples=samples,
+        num_chains=chains,
+        chain_method=effective_method,
+        progress_bar=progress_bar,
+        jit_model_args=True,
+    )
+    drop_locals = tuple(f"~z.{s}" for s in LOCAL_SITES)
+    # Both phases collect the same fields so that, when warmup == samples (the paper's
+    # 1,500 + 1,500), numpyro reuses the compiled loop instead of compiling a second one.
+    fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + (() if keep_locals else drop_locals)
+    key = jax.random.PRNGKey(seed)
+    t0 = time.perf_counter()
+    mcmc.warmup(key, arrays, extra_fields=fields, collect_warmup=True)
+    warm_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
+    t1 = time.perf_counter()
+    mcmc.run(mcmc.post_warmup_state.rng_key, arrays, extra_fields=fields)
+    jax.block_until_ready(mcmc.get_samples())
+    t2 = time.perf_counter()
+    stats = _np_tree(mcmc.get_extra_fields(group_by_chain=True))
+    stats["step_size"] = stats.pop("adapt_state.step_size")
+    stats["warmup_num_steps"] = warm_steps
+    return Fit(
+        method="nuts",
+        data=data,
+        options=options,
+        samples=_np_tree(mcmc.get_samples(group_by_chain=True)),
+        settings={
+            "chains": chains,
+            "warmup": warmup,
+            "samples": samples,
+            "target_accept": target_accept,
+            "max_tree_depth": max_tree_depth,
+            "seed": seed,
+            "precision": precision,
+            "dense_globals": dense_globals,
+            "chain_method": effective_method,
+            "layout": layout,
+            "ordinal": ordinal,
+            "shift_prior": shift_prior,
+            "theta_anchor": theta_anchor,
+            "jax_version": jax.__version__,
+        },
+        timings={"warmup_s": t1 - t0, "sampling_s": t2 - t1, "total_s": t2 - t0},
+        sampler_stats=stats,
+        mcmc=mcmc,
+    )
+
+
+# ----------------------------------------------------------------------------- SVI
+
+
+def _svi_guide(model, options: ModelOptions, guide: str, rank: int):
+    from numpyro.handlers import block, seed
+    from numpyro.infer import init_to_median
+    from numpyro.infer.autoguide import (
+        AutoGuideList,
+        AutoLowRankMultivariateNormal,
+        AutoMultivariateNormal,
+        AutoNormal,
+    )
+
+    init = init_to_median(num_samples=15)
+    if guide == "normal":
+        return AutoNormal(model, init_loc_fn=init)
+    if guide == "lowrank":
+        return AutoLowRankMultivariateNormal(model, rank=rank, init_loc_fn=init)
+    if guide == "mvn_globals":
+        glob = list(global_sites(options))
+        g = AutoGuideList(model)
+        g.append(AutoMultivariateNormal(block(seed(model, 0), expose=glob), init_loc_fn=init))
+        # deterministic sites (η under the increment prior) must be hidden from sub-guides
+        g.append(AutoNormal(block(seed(model, 1), hide=glob + ["eta"]), init_loc_fn=init))
+        return g
+    raise ValueError("guide must be 'normal', 'lowrank' or 'mvn_globals'")
+
+
+def fit_svi(
+    data: MeasurementData,
+    *,
+    steps: int = 5000,
+    seed: int = 42,
+    guide: str = "normal",
+    rank: int = 40,
+    learning_rate: float = 0.01,
+    num_draws: int = 1000,
+    precision: str = "float64",
+    theta_anchor: float = 1.5,
+    layout: str = "grid",
+    ordinal: str = "stable",
+    shift_prior: str = "cell",
+    compilation_cache: bool | str | os.PathLike = True,
+) -> Fit:
+    """Variational fit for fast iteration; draws come from the fitted guide.
+
+    guide: "normal" (AutoNormal, mean-field), "lowrank" (AutoLowRankMultivariateNormal of
+        ``rank``: captures the η ↔ ε trade-off that mean-field ignores), or "mvn_globals"
+        (full-covariance normal over the global sites, mean-field over the locals).
+    Intervals are too narrow with every guide here. Against NUTS on the same simulated
+    1/10-scale data (bench/measurement_speed.py --svi-check), median 95%-interval width
+    ratios SVI/NUTS were η 0.50 / γ 0.85 / β 0.09 / κ 0.05 (normal), about the same for
+    lowrank, and η 0.66 / γ 0.98 / β 0.18 / κ 0.12 (mvn_globals); point errors matched NUTS.
+    SPEC §4.5 saw 69% η coverage at full scale. Use SVI for point estimates and iteration;
+    report intervals from NUTS.
+    """
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.optim import ClippedAdam
+
+    dtype = set_precision(precision)
+    if compilation_cache:
+        enable_compilation_cache(None if compilation_cache is True else compilation_cache)
+    options = ModelOptions(theta_anchor=theta_anchor, layout=layout, ordinal=ordinal, shift_prior=shift_prior)
+    model = make_model(data, options)
+    arrays = model_arrays(data, options, dtype)
+    g = _svi_guide(model, options, guide, rank)
+    svi = SVI(model, g, ClippedAdam(step_size=learning_rate), Trace_ELBO())
+    key, draw_key = jax.random.split(jax.random.PRNGKey(seed))
+    t0 = time.perf_counter()
+    res = svi.run(key, steps, arrays, progress_bar=False)
+    jax.block_until_ready(res.params)
+    t1 = time.perf_counter()
+    draws = g.sample_posterior(draw_key, res.params, arrays, sample_shape=(num_draws,))
+    draws = {k: np.asarray(v)[None] for k, v in draws.items() if k != "ratings"}
+    return Fit(
+        method="svi",
+        data=data,
+        options=options,
+        samples=draws,
+        settings={
+            "steps": steps,
+            "seed": seed,
+            "guide": guide,
+            "rank": rank if guide == "lowrank" else None,
+            "learning_rate": learning_rate,
+            "num_draws": num_draws,
+            "precision": precision,
+            "layout": layout,
+            "ordinal": ordinal,
+            "shift_prior": shift_prior,
+            "theta_anchor": theta_anchor,
+            "jax_version": jax.__version__,
+        },
+        timings={"fit_s": t1 - t0, "total_s": time.perf_counter() - t0},
+        svi_losses=np.asarray(res.losses),
+    )
+
+
+# ----------------------------------------------------------------------------- derived
+
+
+def _eta_draws(samples: Mapping[str, np.ndarray], data: MeasurementData) -> np.ndarray:
+    if "eta" in samples:
+        return np.asarray(samples["eta"])
+    return np.asarray(samples["eta_increment"]) @ increment_matrix(data).T
+
+
+def derived_blocks(samples: Mapping[str, np.ndarray], data: MeasurementData) -> dict[str, Block]:
+    """Every reported block from raw draws (chain, draw, ...), draw by draw.
+
+    eta: cell shifts vs Round 1; total_shift: Δ_total,c = η(g, peer_c) (Eq. 4);
+    asym_total: −Δ_total,AW − Δ_total,AC (Eq. 5); delta_sp = η(g, no_peer) (Eq. 1);
+    delta_content: η(g, content_k) − η(g, no_peer) (Eq. 2); delta_pp: η(g, peer_c) −
+    η(g, content_k(c)) (Eq. 3). Eq. 4 then holds by telescoping, up to rounding.
+    """
+    out: dict[str, Block] = {}
+    for name in ("sigma_b", "sigma_theta"):
+        out[name] = Block(name, [{}], np.asarray(samples[name])[..., None])
+    judges = [{"judge": j} for j in data.judges]
+    out["alpha"] = Block("alpha", judges, np.exp(np.asarray(samples["log_alpha"])))
+    out["beta"] = Block("beta", judges, np.asarray(samples["beta"]))
+    out["gamma"] = Block("gamma", judges, np.asarray(samples["gamma"]))
+    kappa = np.sort(np.asarray(samples["kappa_raw"]), axis=-1)
+    out["kappa"] = Block("kappa", [{"index": k + 1} for k in range(kappa.shape[-1])], kappa)
+    eta = _eta_draws(samples, data)
+    out["eta"] = Block("eta", [{"generator": g, "condition": c} for g, c in data.cells], eta)
+
+    def cell(g, c):
+        i = data.cell_index(g, c)
+        return None if i is None else eta[..., i]
+
+    def add(name, items):
+        items = [(lab, v) for lab, v in items if v is not None]
+        if items:
+            out[name] = Block(name, [lab for lab, _ in items], np.stack([v for _, v in items], axis=-1))
+
+    gens = data.generators
+    add("total_shift", [({"generator": g, "condition": c}, cell(g, c)) for g in gens for c in PEER_CONDITIONS])
+    add(
+        "asym_total",
+        [
+            (
+                ({"generator": g}, -cell(g, "peer_wrong") - cell(g, "peer_correct"))
+                if cell(g, "peer_wrong") is not None and cell(g, "peer_correct") is not None
+                else ({}, None)
+            )
+            for g in gens
+        ],
+    )
+    add("delta_sp", [({"generator": g}, cell(g, "no_peer")) for g in gens])
+    add(
+        "delta_content",
+        [
+            (
+                ({"generator": g, "condition": k}, cell(g, k) - cell(g, "no_peer"))
+                if cell(g, k) is not None and cell(g, "no_peer") is not None
+                else ({}, None)
+            )
+            for g in gens
+            for k in CONTENT_CONDITIONS
+        ],
+    )
+    add(
+        "delta_pp",
+        [
+            (
+                ({"generator": g, "condition": c}, cell(g, c) - cell(g, CONTENT_OF_PEER[c]))
+                if cell(g, c) is not None and cell(g, CONTENT_OF_PEER[c]) is not None
+                else ({}, None)
+            )
+            for g in gens
+            for c in PEER_CONDITIONS
+        ],
+    )
+    return out
+
+
+def fit_blocks(fit: Fit) -> dict[str, Block]:
+    return derived_blocks(fit.samples, fit.data)
+
+
+def answer_quality(fit: Fit, chunk: int = 250) -> pd.DataFrame:
+    """Posterior mean and SD of θ per answer (anchors: their pinned value, SD 0)."""
+    s, data = fit.samples, fit.data
+    if "eps" not in s:
+        raise ValueError("the fit was run with keep_locals=False: no per-answer draws")
+    flat = {k: np.asarray(v).reshape((-1,) + np.shape(v)[2:]) for k, v in s.items()}
+    eta = _eta_draws(s, data).reshape(-1, data.n_cells)
+    eta1 = np.concatenate([np.zeros((eta.shape[0], 1)), eta], axis=1)
+    n = eta.shape[0]
+    total = np.zeros(data.n_answers)
+    total2 = np.zeros(data.n_answers)
+    for lo in range(0, n, chunk):
+        sl = slice(lo, lo + chunk)
+        th = (
+            flat["sigma_b"][sl, None] * flat["z_b"][sl][:, data.answer_trial]
+            + eta1[sl][:, data.answer_cell + 1]
+            + flat["sigma_theta"][sl, None] * flat["eps"][sl]
+        )
+        total += th.sum(0)
+        total2 += (th**2).sum(0)
+    mean = total / n
+    sd = np.sqrt(np.maximum(total2 / n - mean**2, 0.0))
+    theta_a = fit.options.theta_anchor
+    return pd.DataFrame(
+        {
+            "answer_id": list(data.answers) + list(data.anchors),
+            "theta_mean": np.concatenate([mean, data.anchor_sign * theta_a]),
+            "theta_sd": np.concatenate([sd, np.zeros(data.n_anchors)]),
+            "anchor": [False] * data.n_answers + [True] * data.n_anchors,
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- summaries
+
+
+def rank_normalized_rhat(draws: np.ndarray) -> np.ndarray:
+    """Split rank-normalised R-hat (Vehtari et al. 2021) per coordinate of (chain, draw, n).
+
+    numpyro's ``split_gelman_rubin`` on rank-normalised draws, max of the bulk and the
+    folded (tail) version — the same statistic as ``arviz.rhat(method="rank")``, but
+    defined for a single chain too (it splits each chain in halves).
+    """
+    from numpyro.diagnostics import split_gelman_rubin
+    from scipy.stats import norm, rankdata
+
+    x = np.asarray(draws, dtype=np.float64)
+    size = x.shape[0] * x.shape[1]
+
+    def z(v):
+        r = rankdata(v.reshape(size, -1), axis=0, method="average").reshape(v.shape)
+        return norm.ppf((r - 0.375) / (size + 0.25))
+
+    bulk = split_gelman_rubin(z(x))
+    tail = split_gelman_rubin(z(np.abs(x - np.median(x, axis=(0, 1)))))
+    return np.maximum(np.asarray(bulk), np.asarray(tail))
+
+
+def _block_diagnostics(block: Block) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ds = az.convert_to_dataset({"x": block.draws})
+    rhat = np.atleast_1d(rank_normalized_rhat(block.draws))
+    bulk = np.atleast_1d(az.ess(ds, method="bulk")["x"].values)
+    tail = np.atleast_1d(az.ess(ds, method="tail")["x"].values)
+    return rhat, bulk, tail
+
+
+def summarize(fit: Fit, blocks: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per coordinate: mean, sd, 2.5%/97.5% quantiles, Pr(>0) (signed blocks),
+    and for NUTS the rank R-hat and bulk/tail ESS."""
+    all_blocks = fit_blocks(fit)
+    names = list(all_blocks) if blocks is None else [b for b in blocks if b in all_blocks]
+    rows = []
+    for name in names:
+        b = all_blocks[name]
+        flat = b.draws.reshape(-1, b.draws.shape[-1])
+        q = np.quantile(flat, [0.025, 0.975], axis=0)
+        diag = _block_diagnostics(b) if fit.method == "nuts" else (None, None, None)
+        for i, lab in enumerate(b.labels):
+            rows.append(
+                {
+                    "block": name,
+                    "parameter": b.names[i],
+                    "generator": lab.get("generator"),
+                    "condition": lab.get("condition"),
+                    "judge": lab.get("judge"),
+                    "mean": flat[:, i].mean(),
+                    "sd": flat[:, i].std(ddof=1),
+                    "q2.5": q[0, i],
+                    "q97.5": q[1, i],
+                    "pr_gt0": float((flat[:, i] > 0).mean()) if name in SIGNED_BLOCKS else np.nan,
+                    "rhat": diag[0][i] if diag[0] is not None else np.nan,
+                    "ess_bulk": diag[1][i] if diag[1] is not None else np.nan,
+                    "ess_tail": diag[2][i] if diag[2] is not None else np.nan,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def diagnostics(fit: Fit, blocks: Sequence[str] = REPORTED_BLOCKS) -> dict[str, Any]:
+    """Table 9 figures: max rank R-hat, min bulk/tail ESS over the reported blocks (weakest
+    coordinate named), divergences after warm-up, chains × draws, and step statistics."""
+    if fit.method != "nuts":
+        raise ValueError("diagnostics need MCMC draws (fit_nuts)")
+    all_blocks = fit_blocks(fit)
+    used = [b for b in blocks if b in all_blocks]
+    worst = {"rhat": (-np.inf, None), "ess_bulk": (np.inf, None), "ess_tail": (np.inf, None)}
+    per_block = {}
+    for name in used:
+        b = all_blocks[name]
+        rhat, bulk, tail = _block_diagnostics(b)
+        per_block[name] = {
+            "max_rhat": float(np.max(rhat)),
+            "min_ess_bulk": float(np.min(bulk)),
+            "min_ess_tail": float(np.min(tail)),
+        }
+        for key, vals, pick in (
+            ("rhat", rhat, np.argmax),
+            ("ess_bulk", bulk, np.argmin),
+            ("ess_tail", tail, np.argmin),
+        ):
+            i = int(pick(vals))
+            better = vals[i] > worst[key][0] if key == "rhat" else vals[i] < worst[key][0]
+            if better:
+                worst[key] = (float(vals[i]), b.names[i])
+    st = fit.sampler_stats
+    return {
+        "blocks": used,
+        "max_rhat": worst["rhat"][0],
+        "max_rhat_at": worst["rhat"][1],
+        "min_ess_bulk": worst["ess_bulk"][0],
+        "min_ess_bulk_at": worst["ess_bulk"][1],
+        "min_ess_tail": worst["ess_tail"][0],
+        "min_ess_tail_at": worst["ess_tail"][1],
+        "divergences": int(np.sum(st["diverging"])) if "diverging" in st else None,
+        "chains": fit.n_chains,
+        "draws_per_chain": fit.n_draws,
+        "mean_steps_per_draw": float(np.mean(st["num_steps"])) if "num_steps" in st else None,
+        "step_size": [float(np.mean(s)) for s in st["step_size"]] if "step_size" in st else None,
+        "per_block": per_block,
+        "timings": dict(fit.timings),
+    }
+
+
+def diagnostics_ok(
+    diag: Mapping[str, Any],
+    max_rhat: float = 1.01,
+    min_ess_bulk: float = 400,
+    min_ess_tail: float = 400,
+    max_divergences: int = 0,
+) -> bool:
+    """True when every reported-block coordinate passes (Vehtari et al. 2021 thresholds)."""
+    div = diag.get("divergences") or 0
+    return bool(
+        diag["max_rhat"] <= max_rhat
+        and diag["min_ess_bulk"] >= min_ess_bulk
+        and diag["min_ess_tail"] >= min_ess_tail
+        and div <= max_divergences
+    )
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def to_inference_data(fit: Fit, include_locals: bool = False) -> az.InferenceData:
+    """ArviZ InferenceData of the raw global sites plus every derived block, with labelled
+    coordinates. Trial/answer deviations are left out unless asked for (at full scale they
+    are ~0.8 GB of float64 per 6,000 draws)."""
+    data = fit.data
+    coords = {
+        "cell": [f"{g}|{c}" for g, c in data.cells],
+        "judge": list(data.judges),
+        "cutpoint": list(range(1, data.n_categories)),
+        "trial": list(data.trials),
+        "answer": list(data.answers),
+    }
+    dims = {
+        "eta": ["cell"],
+        "eta_increment": ["cell"],
+        "log_alpha": ["judge"],
+        "beta": ["judge"],
+        "gamma": ["judge"],
+        "kappa_raw": ["cutpoint"],
+        "z_b": ["trial"],
+        "eps": ["answer"],
+    }
+    if fit.mcmc is not None:
+        idata = az.from_numpyro(fit.mcmc, log_likelihood=False, coords=coords, dims=dims)
+        for group in ("observed_data", "log_likelihood"):
+            if group in idata.groups():
+                del idata[group]
+    else:
+        idata = az.from_dict(posterior=dict(fit.samples), coords=coords, dims=dims)
+    post = idata.posterior
+    if not include_locals:
+        post = post.drop_vars([v for v in LOCAL_SITES if v in post.data_vars]).drop_vars(
+            ["trial", "answer"], errors="ignore"
+        )
+    for name, b in fit_blocks(fit).items():
+        if name in post.data_vars:
+            continue
+        dim = f"{name}_dim"
+        post[name] = (("chain", "draw", dim), b.draws)
+        post = post.assign_coords({dim: b.names})
+    post.attrs.update({f"setting_{k}": str(v) for k, v in fit.settings.items()})
+    post.attrs["method"] = fit.method
+    idata.posterior = post
+    return idata
+
+
+def save_fit(
+    fit: Fit,
+    netcdf_path: str | os.PathLike,
+    summary_path: str | os.PathLike,
+    diagnostics_path: str | os.PathLike | None = None,
+    include_locals: bool = False,
+) -> None:
+    """Posterior draws → NetCDF (ArviZ), summary → CSV, diagnostics → JSON."""
+    for p in (netcdf_path, summary_path, diagnostics_path):
+        if p is not None:
+            Path(p).parent.mkdir(parents=True, exist_ok=True)
+    to_inference_data(fit, include_locals=include_locals).to_netcdf(str(netcdf_path))
+    summarize(fit).to_csv(summary_path, index=False)
+    if diagnostics_path is not None:
+        diag = diagnostics(fit) if fit.method == "nuts" else {"method": fit.method, "timings": fit.timings}
+        diag["settings"] = fit.settings
+        diag["data"] = {
+            "n_ratings": fit.data.n_ratings,
+            "n_answers": fit.data.n_answers,
+            "n_anchors": fit.data.n_anchors,
+            "n_trials": fit.data.n_trials,
+            "judges": list(fit.data.judges),
+            **fit.data.info,
+        }
+        Path(diagnostics_path).write_text(json.dumps(diag, indent=2, default=float) + "\n", encoding="utf-8")
+
+
+def compare_to_truth(
+    fit: Fit, truth_samples: Mapping[str, np.ndarray], blocks: Iterable[str] | None = None
+) -> pd.DataFrame:
+    """Summary rows joined with true values (``truth_samples``: raw sites of one draw, e.g.
+    ``SimulationTruth.as_params(data)``) and whether the 95% interval covers them."""
+    truth = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth_samples.items()}, fit.data)
+    summ = summarize(fit, blocks)
+    tv = {n: v for b in truth.values() for n, v in zip(b.names, b.draws[0, 0])}
+    summ["truth"] = summ["parameter"].map(tv)
+    summ["covered"] = (summ["q2.5"] <= summ["truth"]) & (summ["truth"] <= summ["q97.5"])
+    return summ

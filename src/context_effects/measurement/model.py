@@ -1,0 +1,266 @@
+"""The hierarchical ordinal measurement model of seed 002 (§2.3, Eq. 6-8; priors App. C.1).
+
+    θ_i   = b_t(i) + r_i·η_c(i) + σ_θ·ε_i,   b_t = σ_b·z_t,  z_t, ε_i ~ N(0, 1)   (non-centred)
+    μ_ijp = α_j (θ_i − β_j) + 1[p = informed]·γ_j·d_i
+    y_ijp ~ OrderedLogistic(μ_ijp, κ),   κ = sort(κ_raw)
+
+Anchors have θ pinned at ±θ_a. Priors: η ~ N(0, 1), σ_b, σ_θ ~ HalfNormal(1),
+log α_j ~ N(0, 0.4), β_j ~ N(0, 1), γ_j ~ N(0, 0.5), κ_raw ~ N(0, 1).
+
+Two layouts compute the same log-likelihood: ``"long"`` gathers per rating (the
+straightforward form), ``"grid"`` broadcasts over a dense answer × judge array
+(no per-rating scatter-add in the gradient; faster on CPU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+
+from context_effects.measurement.data import CONTENT_OF_PEER, MeasurementData
+
+LAYOUTS = ("grid", "long")
+ORDINALS = ("stable", "numpyro")
+SHIFT_PRIORS = ("cell", "increment")
+#: Sites whose posterior is strongly correlated (cutpoints vs severities vs
+#: discriminations vs shifts); a dense mass-matrix block over them cut the leapfrog
+#: steps per draw ~8x at full scale (SPEC §4.5 prototype).
+GLOBAL_SITES = ("sigma_b", "sigma_theta", "eta", "log_alpha", "beta", "gamma", "kappa_raw")
+LOCAL_SITES = ("z_b", "eps")
+PRIOR_SD = {"log_alpha": 0.4, "beta": 1.0, "gamma": 0.5, "kappa_raw": 1.0, "eta": 1.0}
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Model variants that share one code path.
+
+    theta_anchor: anchor magnitude θ_a (sensitivity fits use 1.0, 1.5, 2.0).
+    layout: "grid" (fast) or "long" (per-rating gathers); same likelihood.
+    ordinal: "stable" log-diff-of-sigmoids, or "numpyro" = dist.OrderedLogistic, which
+        forms probabilities before the log and underflows to -inf in float32 at large |μ|.
+    shift_prior: "cell" puts η ~ N(0, 1) on each (generator, condition) cell; "increment"
+        puts N(0, 1) on Δ_sp, Δ_content,k and Δ_pp,c (the App. C.1 reading with separate
+        η_regen / η_content) and builds the cells as their sums. Decomposition corpora only.
+    """
+
+    theta_anchor: float = 1.5
+    layout: str = "grid"
+    ordinal: str = "stable"
+    shift_prior: str = "cell"
+
+    def __post_init__(self):
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+        if self.ordinal not in ORDINALS:
+            raise ValueError(f"ordinal must be one of {ORDINALS}, got {self.ordinal!r}")
+        if self.shift_prior not in SHIFT_PRIORS:
+            raise ValueError(f"shift_prior must be one of {SHIFT_PRIORS}, got {self.shift_prior!r}")
+        if not self.theta_anchor > 0:
+            raise ValueError("theta_anchor must be positive")
+
+
+def global_sites(options: ModelOptions) -> tuple[str, ...]:
+    """Names of the global sample sites (the dense mass-matrix block)."""
+    if options.shift_prior == "increment":
+        return tuple("eta_increment" if s == "eta" else s for s in GLOBAL_SITES)
+    return GLOBAL_SITES
+
+
+# ----------------------------------------------------------------------------- ordinal
+
+
+@jax.custom_jvp
+def log_sigmoid(x):
+    """log σ(x) = min(x, 0) − log1p(e^{−|x|}), with a hand-written derivative that reuses
+    e^{−|x|}: autodiff of ``jax.nn.log_sigmoid`` spends extra exp/log calls, and these
+    transcendental calls dominate the gradient's cost (~4x in float64 on CPU)."""
+    e = jnp.exp(-jnp.abs(x))
+    return jnp.minimum(x, 0.0) - jnp.log1p(e)
+
+
+@log_sigmoid.defjvp
+def _log_sigmoid_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    e = jnp.exp(-jnp.abs(x))
+    value = jnp.minimum(x, 0.0) - jnp.log1p(e)
+    # d/dx log σ(x) = σ(−x) = e/(1+e) for x ≥ 0 and 1/(1+e) for x < 0
+    return value, t * jnp.where(x >= 0, e, 1.0) / (1.0 + e)
+
+
+def _log1mexp(x):
+    """log(1 − exp(x)) for x < 0 without cancellation (Mächler 2012)."""
+    return jnp.where(x > -0.6931471805599453, jnp.log(-jnp.expm1(x)), jnp.log1p(-jnp.exp(x)))
+
+
+def ordered_logistic_logprob(y, mu, cutpoints):
+    """log P(y | μ, κ) for 0-based categories y ∈ {0..K−1}, stable at any |μ| in float32.
+
+    With a = κ_y − μ and b = κ_{y−1} − μ, σ(a) − σ(b) = σ(a)·σ(−b)·(1 − e^{−(κ_y − κ_{y−1})}),
+    so log p = log σ(a) + log σ(−b) + log1mexp(−(κ_y − κ_{y−1})): no difference of two
+    nearly equal probabilities is ever formed, and the last term depends on κ only.
+    """
+    cutpoints = jnp.asarray(cutpoints)
+    mu = jnp.asarray(mu)
+    k1 = cutpoints.shape[-1]
+    zero = jnp.zeros((1,), cutpoints.dtype)
+    gap_term = jnp.concatenate([zero, _log1mexp(-jnp.diff(cutpoints)), zero])
+    has_up = y < k1
+    has_lo = y > 0
+    c_up = cutpoints[jnp.minimum(y, k1 - 1)]
+    c_lo = cutpoints[jnp.maximum(y - 1, 0)]
+    lp = jnp.where(has_up, log_sigmoid(c_up - mu), 0.0)
+    lp = lp + jnp.where(has_lo, log_sigmoid(mu - c_lo), 0.0)
+    return lp + gap_term[y]
+
+
+def _ordinal_logprob(options: ModelOptions, y, mu, cutpoints):
+    if options.ordinal == "numpyro":
+        return dist.OrderedLogistic(mu, cutpoints).log_prob(y)
+    return ordered_logistic_logprob(y, mu, cutpoints)
+
+
+# ----------------------------------------------------------------------------- arrays
+
+
+def increment_matrix(data: MeasurementData) -> np.ndarray:
+    """M with η_cells = M @ increments, increments labelled like ``data.cells``.
+
+    (g, no_peer) ↦ Δ_sp; (g, content_k) ↦ Δ_content,k; (g, peer_c) ↦ Δ_pp,c (Eq. 1-4).
+    """
+    n = data.n_cells
+    m = np.zeros((n, n))
+    for i, (g, c) in enumerate(data.cells):
+        m[i, i] = 1.0
+        if c == "no_peer":
+            continue
+        sp = data.cell_index(g, "no_peer")
+        if sp is None:
+            raise ValueError(f"shift_prior='increment' needs a no_peer cell for generator {g!r}")
+        m[i, sp] = 1.0
+        if c in CONTENT_OF_PEER:
+            k = data.cell_index(g, CONTENT_OF_PEER[c])
+            if k is None:
+                raise ValueError(f"shift_prior='increment' needs cell ({g!r}, {CONTENT_OF_PEER[c]!r})")
+            m[i, k] = 1.0
+    return m
+
+
+def model_arrays(data: MeasurementData, options: ModelOptions, dtype=None) -> dict[str, jax.Array]:
+    """Device arrays the model reads (passed as model arguments so a refit of the same
+    shapes reuses the compiled sampler)."""
+    fdt = dtype or jnp.result_type(float)
+    arr: dict[str, np.ndarray] = {
+        "answer_trial": data.answer_trial,
+        # index into [0, η...]: 0 encodes r_i = 0 (Round 1)
+        "answer_cell1": data.answer_cell + 1,
+        "anchor_theta": data.anchor_sign.astype(np.float64) * options.theta_anchor,
+    }
+    if options.layout == "long":
+        arr.update(
+            row_answer=data.row_answer,
+            row_judge=data.row_judge,
+            row_infd=(data.row_informed * data.row_d).astype(np.float64),
+            row_y=data.row_y,
+        )
+    else:
+        g = data.grid
+        arr.update(
+            blind_y=g["blind_y"],
+            blind_w=g["blind_mask"].astype(np.float64),
+            inf_answer=g["inf_answer"],
+            inf_y=g["inf_y"],
+            inf_w=g["inf_mask"].astype(np.float64),
+            inf_d=g["inf_d"].astype(np.float64),
+        )
+    if options.shift_prior == "increment":
+        arr["eta_map"] = increment_matrix(data)
+    return {k: jnp.asarray(v, dtype=fdt if np.issubdtype(v.dtype, np.floating) else jnp.int32) for k, v in arr.items()}
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def constrained(params: Mapping[str, jax.Array], arrays: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+    """α, κ and cell shifts η from the sampled (raw) parameters."""
+    eta = params["eta"] if "eta" in params else arrays["eta_map"] @ params["eta_increment"]
+    return {
+        "alpha": jnp.exp(params["log_alpha"]),
+        "kappa": jnp.sort(params["kappa_raw"], axis=-1),
+        "eta": eta,
+    }
+
+
+def latent_quality(params: Mapping[str, jax.Array], arrays: Mapping[str, jax.Array], eta=None) -> jax.Array:
+    """θ for ``[experimental answers..., anchors...]`` (Eq. 6; anchors pinned)."""
+    if eta is None:
+        eta = constrained(params, arrays)["eta"]
+    eta1 = jnp.concatenate([jnp.zeros((1,), eta.dtype), eta])
+    theta = (
+        params["sigma_b"] * params["z_b"][arrays["answer_trial"]]
+        + eta1[arrays["answer_cell1"]]
+        + params["sigma_theta"] * params["eps"]
+    )
+    return jnp.concatenate([theta, arrays["anchor_theta"].astype(theta.dtype)])
+
+
+def log_likelihood(
+    params: Mapping[str, jax.Array],
+    arrays: Mapping[str, jax.Array],
+    options: ModelOptions = ModelOptions(),
+    *,
+    per_rating: bool = False,
+):
+    """Σ log p(y | params) over all ratings (Eq. 7-8); ``per_rating`` returns the terms
+    (long layout: one per row in data order; grid: (blind grid, informed grid), 0 where masked)."""
+    c = constrained(params, arrays)
+    alpha, kappa = c["alpha"], c["kappa"]
+    beta, gamma = params["beta"], params["gamma"]
+    theta = latent_quality(params, arrays, eta=c["eta"])
+    if options.layout == "long":
+        j = arrays["row_judge"]
+        mu = alpha[j] * (theta[arrays["row_answer"]] - beta[j]) + arrays["row_infd"] * gamma[j]
+        lp = _ordinal_logprob(options, arrays["row_y"], mu, kappa)
+        return lp if per_rating else jnp.sum(lp)
+    mu_b = alpha * (theta[:, None] - beta)
+    lp_b = jnp.where(arrays["blind_w"] > 0, _ordinal_logprob(options, arrays["blind_y"], mu_b, kappa), 0.0)
+    theta_i = theta[arrays["inf_answer"]]
+    mu_i = alpha * (theta_i[:, None] - beta) + arrays["inf_d"][:, None] * gamma
+    lp_i = jnp.where(arrays["inf_w"] > 0, _ordinal_logprob(options, arrays["inf_y"], mu_i, kappa), 0.0)
+    if per_rating:
+        return lp_b, lp_i
+    return jnp.sum(lp_b) + jnp.sum(lp_i)
+
+
+def make_model(data: MeasurementData, options: ModelOptions = ModelOptions()) -> Callable:
+    """The NumPyro model; call it with ``model_arrays(data, options)``."""
+    n_cells, n_judges = data.n_cells, data.n_judges
+    n_trials, n_answers, n_cut = data.n_trials, data.n_answers, data.n_categories - 1
+
+    def normal(site, n, sd=1.0):
+        return numpyro.sample(site, dist.Normal(0.0, sd).expand([n]).to_event(1))
+
+    def model(arrays):
+        params = {
+            "sigma_b": numpyro.sample("sigma_b", dist.HalfNormal(1.0)),
+            "sigma_theta": numpyro.sample("sigma_theta", dist.HalfNormal(1.0)),
+        }
+        if options.shift_prior == "increment":
+            params["eta_increment"] = normal("eta_increment", n_cells)
+            params["eta"] = numpyro.deterministic("eta", arrays["eta_map"] @ params["eta_increment"])
+        else:
+            params["eta"] = normal("eta", n_cells)
+        params["log_alpha"] = normal("log_alpha", n_judges, PRIOR_SD["log_alpha"])
+        params["beta"] = normal("beta", n_judges, PRIOR_SD["beta"])
+        params["gamma"] = normal("gamma", n_judges, PRIOR_SD["gamma"])
+        params["kappa_raw"] = normal("kappa_raw", n_cut, PRIOR_SD["kappa_raw"])
+        params["z_b"] = normal("z_b", n_trials)
+        params["eps"] = normal("eps", n_answers)
+        numpyro.factor("ratings", log_likelihood(params, arrays, options))
+
+    return model

@@ -117,6 +117,16 @@ def _np_tree(tree: Mapping[str, Any]) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- NUTS
 
 
+def _prepare(data, precision, compilation_cache, **option_kwargs):
+    """Precision, compile cache, model and its arrays: the set-up NUTS and SVI share."""
+    dtype = set_precision(precision)
+    if compilation_cache:
+        enable_compilation_cache(None if compilation_cache is True else compilation_cache)
+    options = ModelOptions(**option_kwargs)
+    model = make_model(data, options)
+    return dtype, options, model, model_arrays(data, options, dtype)
+
+
 def fit_nuts(
     data: MeasurementData,
     *,
@@ -154,12 +164,10 @@ def fit_nuts(
     """
     from numpyro.infer import MCMC, NUTS, init_to_median
 
-    dtype = set_precision(precision)
-    if compilation_cache:
-        enable_compilation_cache(None if compilation_cache is True else compilation_cache)
-    options = ModelOptions(theta_anchor=theta_anchor, layout=layout, ordinal=ordinal, shift_prior=shift_prior)
-    model = make_model(data, options)
-    arrays = model_arrays(data, options, dtype)
+    dtype, options, model, arrays = _prepare(
+        data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
+        shift_prior=shift_prior,
+    )
     effective_method = chain_method
     if chains > 1 and chain_method == "parallel" and jax.local_device_count() < chains:
         effective_method = "sequential"
@@ -280,12 +288,10 @@ def fit_svi(
     from numpyro.infer import SVI, Trace_ELBO
     from numpyro.optim import ClippedAdam
 
-    dtype = set_precision(precision)
-    if compilation_cache:
-        enable_compilation_cache(None if compilation_cache is True else compilation_cache)
-    options = ModelOptions(theta_anchor=theta_anchor, layout=layout, ordinal=ordinal, shift_prior=shift_prior)
-    model = make_model(data, options)
-    arrays = model_arrays(data, options, dtype)
+    dtype, options, model, arrays = _prepare(
+        data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
+        shift_prior=shift_prior,
+    )
     g = _svi_guide(model, options, guide, rank)
     svi = SVI(model, g, ClippedAdam(step_size=learning_rate), Trace_ELBO())
     key, draw_key = jax.random.split(jax.random.PRNGKey(seed))

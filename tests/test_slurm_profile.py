@@ -105,9 +105,10 @@ def _by_rule(sbatch_calls: list[list[str]]) -> dict[str, str]:
 
 
 def test_slurm_profile_submits_with_per_rule_resources(workdir):
-    calls = _submit(workdir, REPO / "config" / "demo.yaml", n_expected=4)
+    # Ready at once on the demo config: 3 item tables, the manifest, the model conversion.
+    calls = _submit(workdir, REPO / "config" / "demo.yaml", n_expected=5)
     lines = _by_rule(calls)
-    assert {"build_items", "run_manifest"} <= set(lines), lines
+    assert {"build_items", "run_manifest", "convert_gguf_model"} <= set(lines), lines
     for rule, line in lines.items():
         argv = shlex.split(line)
         # Site settings from the profile ...
@@ -119,6 +120,9 @@ def test_slurm_profile_submits_with_per_rule_resources(workdir):
     assert build[build.index("-t") + 1] == "15" and build[build.index("--mem") + 1] == "4000"
     manifest = shlex.split(lines["run_manifest"])
     assert manifest[manifest.index("-t") + 1] == "5" and manifest[manifest.index("--mem") + 1] == "1000"
+    # The demo's CPU models carry no GPU request; conversion gets its cores from the profile.
+    convert = shlex.split(lines["convert_gguf_model"])
+    assert not any(a.startswith("--gpus") for a in convert) and "--cpus-per-task=4" in convert
 
 
 def test_slurm_profile_config_resources_override(workdir, tmp_path):
@@ -129,7 +133,7 @@ def test_slurm_profile_config_resources_override(workdir, tmp_path):
     cfg["resources"] = {"build_items": {"runtime": 42, "mem_mb": 1234}}
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    calls = _submit(workdir, path, n_expected=4)
+    calls = _submit(workdir, path, n_expected=5)
     build = shlex.split(_by_rule(calls)["build_items"])
     assert build[build.index("-t") + 1] == "42" and build[build.index("--mem") + 1] == "1234"
 

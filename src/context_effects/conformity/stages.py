@@ -69,13 +69,18 @@ def write_round1_shard(
     return len(requests)
 
 
+def read_responses(responses_path: str | Path) -> tuple[list, list[str | None]]:
+    """The requests of a response shard and their texts (None where the call never succeeded)."""
+    table = pd.read_parquet(responses_path, columns=["request_json", "text", "ok"])
+    requests = [request_from_json(b) for b in table["request_json"]]
+    texts = [t if ok else None for t, ok in zip(table["text"], table["ok"])]
+    return requests, texts
+
+
 def realised_answers(responses_path: str | Path) -> dict[str, str | None]:
     """item_id -> the realised answer text of a Round-1 response shard (None if it failed)."""
-    table = pd.read_parquet(responses_path, columns=["request_json", "text", "ok"])
-    out: dict[str, str | None] = {}
-    for blob, text, ok in zip(table["request_json"], table["text"], table["ok"]):
-        out[request_from_json(blob).meta["item_id"]] = text if ok else None
-    return out
+    requests, texts = read_responses(responses_path)
+    return {req.meta["item_id"]: text for req, text in zip(requests, texts)}
 
 
 def write_round2_shard(
@@ -113,10 +118,7 @@ def collect_answers(items_path: str | Path, response_paths: Sequence[str | Path]
     """One row per answer of a dataset: every generated answer plus the two fixed anchors per item."""
     frames = []
     for path in response_paths:
-        table = pd.read_parquet(path, columns=["request_json", "text", "ok"])
-        requests = [request_from_json(b) for b in table["request_json"]]
-        texts = [t if ok else None for t, ok in zip(table["text"], table["ok"])]
-        frames.append(answers_frame(requests, texts))
+        frames.append(answers_frame(*read_responses(path)))
     frames.append(anchor_texts(read_items(items_path)))
     answers = pd.concat(frames, ignore_index=True)
     # The decomposition's Round 1 can be byte-identical to the main seed's Round 1

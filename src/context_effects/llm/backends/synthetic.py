@@ -794,38 +794,31 @@ class SyntheticBackend(Backend):
         if len(words) > req.sampling.max_tokens:
             text = " ".join(words[: req.sampling.max_tokens])
             finish = "length"
-        return LLMResult(
-            key=req.key,
+        return self._result(
+            req,
             text=text,
             finish_reason=finish,
-            tokens_in=sum(_words(c) for _, c in req.messages),
             tokens_out=_words(text),
             first_token_logprobs=extra.get("first_token_logprobs"),
             probe_probs=extra.get("probe_probs"),
-            latency_s=0.0,
-            attempt=req.attempt,
-            backend=self.name,
-            engine_version=ENGINE_VERSION,
-            timestamp="",
-            cost_usd=0.0,
             notes=f"{NOTE}; model={self.model_name}; profile={self.profile}; seed={self.seed}",
         )
 
     def _error(self, req: LLMRequest, message: str) -> LLMResult:
+        return self._result(req, text=None, finish_reason=None, tokens_out=0, notes=NOTE, error=message)
+
+    def _result(self, req: LLMRequest, **fields) -> LLMResult:
+        """The fields every synthetic result shares (no latency, no cost, the engine tag)."""
         return LLMResult(
             key=req.key,
-            text=None,
-            finish_reason=None,
             tokens_in=sum(_words(c) for _, c in req.messages),
-            tokens_out=0,
             latency_s=0.0,
             attempt=req.attempt,
             backend=self.name,
             engine_version=ENGINE_VERSION,
             timestamp="",
             cost_usd=0.0,
-            notes=NOTE,
-            error=message,
+            **fields,
         )
 
     # -- Study C

@@ -24,7 +24,14 @@ sys.path.insert(0, os.path.join(workflow.basedir, "src"))
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/llm.smk"
+include: "workflow/rules/common_fit.smk"
+include: "workflow/rules/common_metrics.smk"
+include: "workflow/rules/common_amel.smk"
+include: "workflow/rules/common_anchoring.smk"
 include: "workflow/rules/conformity_generate.smk"
+include: "workflow/rules/conformity_judge.smk"
+include: "workflow/rules/conformity_fit.smk"
+include: "workflow/rules/conformity_metrics.smk"
 include: "workflow/rules/amel.smk"
 include: "workflow/rules/anchoring.smk"
 include: "workflow/rules/paper.smk"
@@ -38,6 +45,8 @@ rule all:
     default_target: True
     input:
         conformity_targets(),
+        fit_targets(),
+        metrics_targets(),
         amel_targets(),
         anchoring_targets(),
         paper_targets(),

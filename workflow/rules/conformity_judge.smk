@@ -1,0 +1,1 @@
+# Rules of conformity_judge; see the matching common_*.smk for their functions.

@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 from context_effects.config import load_config, validate_config
+from context_effects.conformity.judging import n_judge_shards
 from context_effects.conformity.stages import n_shards, shard_label
 from context_effects.datasets import DATASETS
 from context_effects.llm.secrets import check_env
@@ -152,10 +153,70 @@ def conformity_response_shards(wildcards):
     ]
 
 
+def synthetic_anchors():
+    """A synthetic run's anchors come from the synthetic generator (tagged ±θ_a), see
+    `anchor_requests`; a real run judges the fixed gold and attractor texts."""
+    first = config["conformity"]["generators"][0]
+    return config["models"][first]["backend"] == "synthetic"
+
+
+def anchor_response_shards(wildcards):
+    if not synthetic_anchors():
+        return []
+    gen = config["conformity"]["generators"][0]
+    return [
+        f"results/responses/conformity/anchors/{gen}/{wildcards.dataset}-{shard}.parquet"
+        for shard in conformity_shards(wildcards.dataset)
+    ]
+
+
+def conformity_judges(dataset):
+    """Open judges rate every dataset; hosted judges only `hosted_judge_datasets`."""
+    c = config["conformity"]
+    hosted = c["hosted_judges"] if dataset in c["hosted_judge_datasets"] else []
+    return list(c["judges"]) + [j for j in hosted if j not in c["judges"]]
+
+
+def judge_shards(dataset, judge):
+    c = config["conformity"]
+    n_items = dataset_config(dataset)["n_items"]
+    hosted = judge in c["hosted_judges"]
+    return [shard_label(i) for i in range(n_judge_shards(n_items, c, hosted))]
+
+
+def judge_response_shards(wildcards):
+    return [
+        f"results/responses/conformity/judge/{judge}/{wildcards.dataset}-{shard}.parquet"
+        for judge in conformity_judges(wildcards.dataset)
+        for shard in judge_shards(wildcards.dataset, judge)
+    ]
+
+
+CONFORMITY_TABLES = (
+    "table1",
+    "table2",
+    "table5",
+    "agreement",
+    "flip_share",
+    "parse_failures",
+)
+
+
+def conformity_table_files(name):
+    return [
+        f"results/tables/conformity/{name}.csv",
+        f"results/tables/conformity/{name}.tex",
+    ]
+
+
 def conformity_targets():
     if not config["conformity"]["enabled"]:
         return []
-    return expand(
-        "results/conformity/answers/{dataset}.parquet",
-        dataset=config["conformity"]["datasets"],
-    )
+    datasets = config["conformity"]["datasets"]
+    return [
+        *expand("results/conformity/answers/{dataset}.parquet", dataset=datasets),
+        *expand("results/conformity/ratings/{dataset}.parquet", dataset=datasets),
+        *[f for name in CONFORMITY_TABLES for f in conformity_table_files(name)],
+        "results/figures/conformity/rating_distributions.pdf",
+        "results/figures/conformity/rating_distributions.csv",
+    ]

@@ -54,11 +54,35 @@ rule conformity_round2_requests:
         "../scripts/conformity_requests.py"
 
 
+rule conformity_anchor_requests:
+    """Synthetic runs only: tagged anchors at ±θ_a from the synthetic generator (see `anchor_requests`)."""
+    input:
+        item_table="results/items/{dataset}.parquet",
+    output:
+        "results/requests/conformity/anchors/{generator}/{dataset}-{shard}.parquet",
+    log:
+        "logs/conformity/requests/anchors/{generator}/{dataset}-{shard}.log",
+    wildcard_constraints:
+        shard=r"\d{3}",
+        generator=name_regex(config["conformity"]["generators"][:1]),
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("conformity_anchor_requests", runtime=10, mem_mb=2000),
+    params:
+        model=lambda wildcards: config["models"][wildcards.generator],
+        generation=config["conformity"]["generation"],
+        seed=config["sampling"]["seed"],
+    script:
+        "../scripts/conformity_requests.py"
+
+
 rule conformity_answers:
     """Every answer of a dataset (all generators, executions, arms) plus the anchors."""
     input:
         item_table="results/items/{dataset}.parquet",
         responses=conformity_response_shards,
+        anchors=anchor_response_shards,
     output:
         "results/conformity/answers/{dataset}.parquet",
     log:

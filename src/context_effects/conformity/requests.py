@@ -329,7 +329,10 @@ def anchor_requests(items: Any, model_name: str, model_cfg: Mapping[str, Any], s
         for condition in ANCHOR_CONDITIONS:
             meta = _gen_meta(item, model_name, condition, seed, ANCHOR_CORPUS, "round1")
             meta.update(seed=None, reference_answer=str(item["gold_answer"]))
-            out.append(_generation_request(ref, [("user", prompts.render_round1(meta["question"]))], sampling, meta))
+            # Not the Round-1 prompt: the store is keyed on the request, and an
+            # anchor request identical to Round 1 would be served Round 1's answer.
+            prompt = f"Write the {condition.replace('_', ' ')} answer to this question.\n\n{meta['question']}"
+            out.append(_generation_request(ref, [("user", prompt)], sampling, meta))
     return out
 
 

@@ -14,7 +14,13 @@ from typing import Any
 
 import pandas as pd
 
-from context_effects.conformity.requests import anchor_texts, answers_frame, round1_requests, round2_requests
+from context_effects.conformity.requests import (
+    anchor_requests,
+    anchor_texts,
+    answers_frame,
+    round1_requests,
+    round2_requests,
+)
 from context_effects.datasets import read_items
 from context_effects.llm.shards import write_request_shard
 from context_effects.llm.store import request_from_json
@@ -114,12 +120,42 @@ def write_round2_shard(
     return len(requests)
 
 
-def collect_answers(items_path: str | Path, response_paths: Sequence[str | Path]) -> pd.DataFrame:
-    """One row per answer of a dataset: every generated answer plus the two fixed anchors per item."""
+def write_anchor_shard(
+    items_path: str | Path,
+    out_path: str | Path,
+    *,
+    shard: int,
+    generator: str,
+    model_cfg: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    seed: int,
+) -> int:
+    """Synthetic runs only: anchors "written" by the synthetic generator at exactly ±θ_a.
+
+    The synthetic judge reads quality from a tag in the answer, which the fixed
+    gold/attractor texts lack (see ``anchor_requests``).
+    """
+    block = item_block(read_items(items_path), shard, settings["shard_size"])
+    requests = anchor_requests(block, generator, model_cfg, settings, seed)
+    write_request_shard(out_path, requests, **_policy(settings))
+    return len(requests)
+
+
+def collect_answers(
+    items_path: str | Path, response_paths: Sequence[str | Path], anchor_paths: Sequence[str | Path] = ()
+) -> pd.DataFrame:
+    """One row per answer of a dataset: every generated answer plus the two anchors per item.
+
+    Anchors are the fixed gold and attractor texts, or, in a synthetic run, the
+    synthetic generator's tagged anchors from ``anchor_paths``.
+    """
     frames = []
     for path in response_paths:
         frames.append(answers_frame(*read_responses(path)))
-    frames.append(anchor_texts(read_items(items_path)))
+    if anchor_paths:
+        frames += [answers_frame(*read_responses(path)) for path in anchor_paths]
+    else:
+        frames.append(anchor_texts(read_items(items_path)))
     answers = pd.concat(frames, ignore_index=True)
     # The decomposition's Round 1 can be byte-identical to the main seed's Round 1
     # (same prompt and seed): the store answers it once, but both rows are kept

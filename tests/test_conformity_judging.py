@@ -1,0 +1,237 @@
+"""Study C judging and the model-free results: known answers, then the rules end to end
+on the synthetic backend against its planted effects."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+from context_effects.conformity import descriptive as D
+from context_effects.conformity import requests as creq
+from context_effects.conformity.judging import judged_answers, requests_per_item
+from context_effects.config import validate_config
+from context_effects.llm.backends.synthetic import SyntheticBackend, planted_effects
+
+# ------------------------------------------------------------------ known answers
+
+
+def test_token_f1_known_values():
+    assert D.token_f1("The cat sat", "a cat sat down") == pytest.approx(2 * (2 / 2) * (2 / 3) / (2 / 2 + 2 / 3))
+    assert D.token_f1("Paris!", "paris") == 1.0
+    assert D.token_f1("", "x") == 0.0 and D.token_f1("dog", "cat") == 0.0
+
+
+def test_answer_position_takes_the_closer_candidate_set():
+    item = {"gold_answer": "An octopus has three hearts", "wrong_attractor": "An octopus has one heart",
+            "correct_answers": ["Three"], "incorrect_answers": ["Eight hearts"]}
+    assert D.answer_position("It has three hearts.", item) == "correct"
+    assert D.answer_position("Only one heart.", item) == "incorrect"
+
+
+def _ratings(rows):
+    base = {"corpus": "main", "seed": 42, "hosted": False, "pass": "blind", "reference": None, "d": 0,
+            "status": "ok", "error": None, "attempts": 1, "dataset": "truthfulqa", "generator": "g", "authority": None}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_table2_means_and_gap_by_hand():
+    r = _ratings([
+        {"answer_id": "a1", "item_id": "i1", "condition": "peer_correct", "judge": "j1", "rating": 5.0},
+        {"answer_id": "a1", "item_id": "i1", "condition": "peer_correct", "judge": "j2", "rating": 4.0},
+        {"answer_id": "a2", "item_id": "i1", "condition": "peer_wrong", "judge": "j1", "rating": 2.0},
+        {"answer_id": "a3", "item_id": "i1", "condition": "no_peer", "judge": "j1", "rating": 3.0},
+        {"answer_id": "a4", "item_id": "i1", "condition": "peer_mixed", "judge": "j1", "rating": 4.0},
+        # excluded: missing, informed, hosted, other seed, decomposition corpus
+        {"answer_id": "a2", "item_id": "i1", "condition": "peer_wrong", "judge": "j2", "rating": np.nan,
+         "status": "missing"},
+        {"answer_id": "a2", "item_id": "i1", "condition": "peer_wrong", "judge": "j1", "rating": 5.0,
+         "pass": "informed", "d": -1},
+        {"answer_id": "a2", "item_id": "i1", "condition": "peer_wrong", "judge": "h", "rating": 5.0, "hosted": True},
+        {"answer_id": "b2", "item_id": "i1", "condition": "peer_wrong", "judge": "j1", "rating": 5.0, "seed": 43},
+        {"answer_id": "c2", "item_id": "i1", "condition": "peer_wrong", "judge": "j1", "rating": 5.0,
+         "corpus": "decomposition"},
+    ])
+    t = D.mean_blind_ratings({"truthfulqa": r}, 42).iloc[0]
+    assert (t["NoPeer"], t["AllCorrect"], t["Mixed"], t["AllWrong"]) == (3.0, 4.5, 4.0, 2.0)
+    assert t[D.DELTA_CW] == 2.5 and t["n_ratings"] == 5
+
+
+def test_anchor_audit_by_hand():
+    rows = []
+    # (item, judge): free ratings (correct, incorrect), augmented ratings (correct, incorrect)
+    for item, judge, free, aug in [("i1", "j1", (4, 4), (5, 1)), ("i1", "j2", (3, 2), (5, 2)),
+                                   ("i2", "j1", (2, 3), (4, 1)), ("i2", "j2", (5, 1), (5, np.nan))]:
+        for ref, (c, w) in (("free", free), ("augmented", aug)):
+            for cond, v in (("anchor_correct", c), ("anchor_incorrect", w)):
+                rows.append({"answer_id": f"{item}|{cond}", "item_id": item, "judge": judge, "condition": cond,
+                             "corpus": "anchor", "seed": None, "reference": ref, "rating": float(v),
+                             "status": "missing" if np.isnan(v) else "ok"})
+    t = D.anchor_audit({"truthfulqa": _ratings(rows)})
+    t = t[t["Dataset"] == "truthfulqa"].set_index("Audit Quantity")
+    # free: correct > incorrect in 2 of 4 pairs (the tie does not count)
+    assert t.at["Correct Anchor Ranked Higher (%)", "Reference-Free"] == 50.0
+    # augmented: the pair with a missing rating is left out -> 3 of 3
+    assert t.at["Correct Anchor Ranked Higher (%)", "Reference-Augmented"] == 100.0
+    assert t.at["Pairs (item x judge)", "Reference-Augmented"] == 3
+    assert t.at["Mean Correct-Anchor Rating", "Reference-Free"] == pytest.approx(3.5)
+    assert t.at["Mean Incorrect-Anchor Rating", "Reference-Augmented"] == pytest.approx(4 / 3)
+    assert t.at["Mean Separation", "Reference-Free"] == pytest.approx(3.5 - 2.5)
+
+
+def test_krippendorff_interval_alpha_matches_hand_computation():
+    # Two coders, three units, no missing: interval alpha = 1 - D_o / D_e with
+    # D_o = mean within-unit squared difference over pairable values, D_e over all pairs.
+    ratings = {("j1", "a"): 1, ("j2", "a"): 2, ("j1", "b"): 3, ("j2", "b"): 3, ("j1", "c"): 5, ("j2", "c"): 4}
+    r = _ratings([{"answer_id": a, "item_id": a, "condition": "round1", "judge": j, "rating": float(v)}
+                  for (j, a), v in ratings.items()])
+    values = np.array(list(ratings.values()), dtype=float)
+    n = len(values)
+    d_o = sum(2 * (x - y) ** 2 for x, y in [(1, 2), (3, 3), (5, 4)]) / n  # each unit: m_u = 2, 2 ordered pairs
+    d_e = sum((x - y) ** 2 for x in values for y in values) / (n * (n - 1))
+    t = D.blind_agreement({"truthfulqa": r}, 42).set_index("Dataset")
+    assert t.at["truthfulqa", "alpha_interval"] == pytest.approx(1 - d_o / d_e)
+    assert t.at["truthfulqa", "judges"] == 2 and t.at["truthfulqa", "answers"] == 3
+
+
+def test_krippendorff_alpha_undefined_with_one_judge():
+    r = _ratings([{"answer_id": a, "item_id": a, "condition": "round1", "judge": "j1", "rating": v}
+                  for a, v in (("a", 1.0), ("b", 4.0))])
+    t = D.blind_agreement({"truthfulqa": r}, 42).iloc[0]
+    assert math.isnan(t["alpha_ordinal"]) and "fewer than two judges" in t["note"]
+
+
+def test_flip_share_and_example_selection():
+    rev = pd.DataFrame({
+        "answer_id": ["x3", "x1", "x2", "x4"],
+        "unchanged": [True, True, True, False],
+        "rating_round1": [4.0, 5.0, 4.0, 5.0],
+        "rating_revision": [2.0, 3.0, 3.5, 1.0],
+    })
+    rev["rating_drop"] = rev["rating_round1"] - rev["rating_revision"]
+    t = D.flip_share({"truthfulqa": rev}).iloc[0]
+    assert t["unchanged_by_flip_indicator"] == 3 and t["unchanged_but_lost_1pt"] == 2
+    assert t["share_unchanged_but_lost_1pt"] == pytest.approx(2 / 3) and t["flip_rate"] == 0.25
+    row, branch = D.select_example(rev)  # x1 and x3 both dropped 2.0: the smaller id wins; x4 is a flip
+    assert row["answer_id"] == "x1" and branch.startswith("unchanged")
+
+
+def test_parse_failures_counts_and_reasons():
+    r = _ratings([
+        {"answer_id": f"a{i}", "item_id": "i", "condition": "round1", "judge": "j1", "rating": np.nan,
+         "status": "missing", "error": "no_json_object", "attempts": 3} for i in range(3)
+    ] + [{"answer_id": "b", "item_id": "i", "condition": "round1", "judge": "j1", "rating": 2.0}])
+    t = D.parse_failures({"truthfulqa": r}).iloc[0]
+    assert (t["requests"], t["missing"], t["missing_rate"]) == (4, 3, 0.75)
+    assert t["top_reason"] == "no_json_object (3)" and t["mean_attempts"] == 2.5
+
+
+# ----------------------------------------------------- request counts and anchors
+
+
+def test_shard_sizing_counts_every_judge_request():
+    items = read_items_demo()
+    gen_cfg = {"backend": "synthetic", "model_id": "qwen-sim", "synthetic": {"empty_rate": 0.0}}
+    cfg = validate_config({
+        "run": {"kind": "synthetic"},
+        "datasets": {"truthfulqa": {"source": "local", "local_path": "data/demo/truthfulqa.jsonl", "n_items": 3}},
+        "models": {"qwen-sim": gen_cfg},
+        "conformity": {"datasets": ["truthfulqa"], "generators": ["qwen-sim"], "judges": ["qwen-sim"],
+                       "hosted_judges": [], "seeds": [42, 43], "primary_seed": 42},
+        "amel": {"enabled": False}, "anchoring": {"enabled": False},
+    })
+    c = cfg["conformity"]
+    backend = SyntheticBackend(model_name="qwen-sim", params=gen_cfg["synthetic"], seed=0)
+    frames = []
+    for seed in (42, 43):
+        r1 = creq.round1_requests(items, "qwen-sim", gen_cfg, c["generation"], seed)
+        texts = [res.text for res in backend.run(r1)]
+        r2 = creq.round2_requests(items, {q.meta["item_id"]: t for q, t in zip(r1, texts)}, "qwen-sim", gen_cfg,
+                                  c["generation"], seed)
+        frames.append(creq.answers_frame(r1 + r2, texts + [res.text for res in backend.run(r2)]))
+    r1 = creq.round1_requests(items, "qwen-sim", gen_cfg, c["generation"], 42, "decomposition")
+    texts = [res.text for res in backend.run(r1)]
+    r2 = creq.round2_requests(items, {q.meta["item_id"]: t for q, t in zip(r1, texts)}, "qwen-sim", gen_cfg,
+                              c["generation"], 42, "decomposition")
+    frames.append(creq.answers_frame(r1 + r2, texts + [res.text for res in backend.run(r2)]))
+    anchors = creq.anchor_requests(items, "qwen-sim", gen_cfg, c["generation"], 42)
+    frames.append(creq.answers_frame(anchors, [res.text for res in backend.run(anchors)]))
+    answers = pd.concat(frames, ignore_index=True)
+    ids = items["item_id"].tolist()
+    n = len(creq.judge_requests(judged_answers(answers, ids, False, 42), "qwen-sim", gen_cfg, c["judging"], 1))
+    assert n == len(items) * requests_per_item(c)
+    hosted = len(creq.judge_requests(judged_answers(answers, ids, True, 42), "qwen-sim", gen_cfg, c["judging"], 1))
+    assert hosted == len(items) * requests_per_item(c, hosted=True)
+    # Synthetic anchors must not share a cache key with Round 1 (the store would serve Round 1's answer).
+    assert not {q.key for q in anchors} & {q.key for q in creq.round1_requests(items, "qwen-sim", gen_cfg,
+                                                                               c["generation"], 42)}
+
+
+def read_items_demo():
+    from context_effects.datasets import build_item_table
+
+    source = {"kind": "local", "path": str(REPO / "data/demo/truthfulqa.jsonl")}
+    return build_item_table("truthfulqa", source, n_items=3, sample_seed=42, attractor_seed=42)
+
+
+# ------------------------------------------------------------------ end to end
+
+#: Planted condition shifts far apart (in latent units) and sharp judges (α = 3), so
+#: that 8 items settle the ordering of mean ratings; the expected order is read from
+#: planted_effects below, not typed here.
+ETA = {"no_peer": 0.0, "content_correct": 0.5, "content_wrong": -1.0, "content_mixed": -0.5,
+       "peer_correct": 0.9, "peer_wrong": -1.8, "peer_mixed": -0.9}
+GEN = {"profile": "none", "eta": ETA, "quality_mean": 0.5, "sigma_b": 0.3, "sigma_theta": 0.1}
+E2E = {
+    "run": {"label": "synthetic-judging", "kind": "synthetic"},
+    "datasets": {"truthfulqa": {"source": "local", "local_path": "data/demo/truthfulqa.jsonl", "n_items": 8}},
+    "models": {
+        "gen-sim": {"backend": "synthetic", "model_id": "gen-sim",
+                    "synthetic": GEN},
+        "judge-a": {"backend": "synthetic", "model_id": "judge-a", "synthetic": {"profile": "none", "alpha": 3.0}},
+        # A judge whose replies are often malformed: its misses must be recorded, never scored.
+        "judge-b": {"backend": "synthetic", "model_id": "judge-b",
+                    "synthetic": {"profile": "none", "alpha": 3.0, "parse_failure_rate": 0.5}},
+    },
+    "conformity": {
+        "datasets": ["truthfulqa"], "generators": ["gen-sim"], "judges": ["judge-a", "judge-b"],
+        "hosted_judges": [], "seeds": [42], "primary_seed": 42, "decomposition": {"enabled": False},
+        "judging": {"max_attempts": 2},
+    },
+    "amel": {"enabled": False},
+    "anchoring": {"enabled": False},
+}
+
+
+def test_rules_end_to_end_recover_planted_condition_order(workdir):
+    (workdir / "config.yaml").write_text(yaml.safe_dump(E2E))
+    targets = [f"results/tables/conformity/{t}.csv" for t in ("table1", "table2", "table5", "agreement",
+                                                               "flip_share", "parse_failures")]
+    res = run_snakemake("--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                        "--configfile=" + str(workdir / "config.yaml"), *targets,
+                        "results/figures/conformity/rating_distributions.pdf")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    t2 = pd.read_csv(workdir / "results/tables/conformity/table2.csv").iloc[0]
+    eta = planted_effects("gen-sim", E2E["models"]["gen-sim"]["synthetic"])["conformity"]["eta"]
+    planted_order = sorted(D.TABLE2_COLUMNS, key=lambda col: eta[D.TABLE2_COLUMNS[col]])
+    observed_order = sorted(D.TABLE2_COLUMNS, key=lambda col: t2[col])
+    assert observed_order == planted_order, t2.to_dict()
+    assert t2[D.DELTA_CW] > 0
+
+    ratings = pd.read_parquet(workdir / "results/conformity/ratings/truthfulqa.parquet")
+    # Every judge rated every answer (8 blind + 6 informed per trial, 4 anchor scorings per item).
+    assert len(ratings) == 2 * 8 * (14 + 4)
+    missing = ratings[ratings["status"] == "missing"]
+    assert len(missing) > 0 and missing["rating"].isna().all() and missing["error"].notna().all()
+    assert set(missing["judge"]) == {"judge-b"}
+    assert ratings.loc[ratings["status"] == "ok", "rating"].between(1, 5).all()
+    pf = pd.read_csv(workdir / "results/tables/conformity/parse_failures.csv")
+    assert pf.loc[pf["judge"] == "judge-b", "missing"].sum() == len(missing)
+    # Planted anchors at ±1.5 with the gold shown: the audit separates them clearly.
+    t5 = pd.read_csv(workdir / "results/tables/conformity/table5.csv").set_index(["Dataset", "Audit Quantity"])
+    assert t5.at[("All", "Mean Separation"), "Reference-Augmented"] > 1.5
+    assert (workdir / "results/tables/conformity/table1.tex").read_text().count("Selection rule") == 1

@@ -1,0 +1,21 @@
+"""Build one shard of Study C judge requests (seed 002 App. B)."""
+
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
+
+from context_effects.conformity.judging import write_judge_shard
+from context_effects.jobs import setup_job_logging
+
+log = setup_job_logging(snakemake.log[0])
+n = write_judge_shard(
+    snakemake.input.item_table,
+    snakemake.input.answers,
+    snakemake.output[0],
+    shard=int(snakemake.wildcards.shard),
+    judge=snakemake.wildcards.judge,
+    judge_cfg=snakemake.params.model,
+    conformity=snakemake.params.conformity,
+    seed=int(snakemake.params.seed),
+)
+log.info("wrote %d judge requests to %s", n, snakemake.output[0])

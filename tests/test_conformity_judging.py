@@ -185,7 +185,7 @@ def read_items_demo():
 #: planted_effects below, not typed here.
 ETA = {"no_peer": 0.0, "content_correct": 0.5, "content_wrong": -1.0, "content_mixed": -0.5,
        "peer_correct": 0.9, "peer_wrong": -1.8, "peer_mixed": -0.9}
-GEN = {"profile": "none", "eta": ETA, "quality_mean": 0.5, "sigma_b": 0.3, "sigma_theta": 0.1}
+GEN = {"profile": "none", "eta": ETA, "quality_mean": 0.5, "sigma_b": 0.3, "sigma_theta": 0.1, "empty_rate": 0.2}
 E2E = {
     "run": {"label": "synthetic-judging", "kind": "synthetic"},
     "datasets": {"truthfulqa": {"source": "local", "local_path": "data/demo/truthfulqa.jsonl", "n_items": 8}},
@@ -221,6 +221,15 @@ def test_rules_end_to_end_recover_planted_condition_order(workdir):
     observed_order = sorted(D.TABLE2_COLUMNS, key=lambda col: t2[col])
     assert observed_order == planted_order, t2.to_dict()
     assert t2[D.DELTA_CW] > 0
+
+    # Empty generations were retried as seed 002 App. A.6 says, and each answer records how it was obtained.
+    answers = pd.read_parquet(workdir / "results/conformity/answers/truthfulqa.parquet")
+    gen = answers[answers["corpus"] == "main"]
+    retried = gen[gen["attempt"] > 0]
+    assert len(retried) > 0 and gen["text"].notna().all()
+    assert (retried["temperature"] == (0.1 * retried["attempt"]).clip(upper=1.0).round(10)).all()
+    assert (retried["sampling_seed"] == 42 + retried["attempt"]).all()
+    assert gen["messages_json"].map(lambda m: '"user"' in m).all()
 
     ratings = pd.read_parquet(workdir / "results/conformity/ratings/truthfulqa.parquet")
     # Every judge rated every answer (8 blind + 6 informed per trial, 4 anchor scorings per item).

@@ -91,5 +91,7 @@ rule conformity_answers:
         "../../envs/data.yaml"
     resources:
         **rule_resources("conformity_answers", runtime=10, mem_mb=4000),
+    params:
+        generation=config["conformity"]["generation"],
     script:
         "../scripts/conformity_answers.py"

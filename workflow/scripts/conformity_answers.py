@@ -8,7 +8,12 @@ from context_effects.conformity.stages import collect_answers
 from context_effects.jobs import setup_job_logging
 
 log = setup_job_logging(snakemake.log[0])
-answers = collect_answers(snakemake.input.item_table, list(snakemake.input.responses), list(snakemake.input.anchors))
+answers = collect_answers(
+    snakemake.input.item_table,
+    list(snakemake.input.responses),
+    list(snakemake.input.anchors),
+    settings=snakemake.params.generation,
+)
 missing = int(answers["text"].isna().sum())
 answers.to_parquet(snakemake.output[0], index=False)
 log.info("%d answers (%d without text after all retries) -> %s", len(answers), missing, snakemake.output[0])

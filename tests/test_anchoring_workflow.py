@@ -1,0 +1,132 @@
+"""Study H end to end on the synthetic backend: the scorer recovers a planted anchoring pull."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy.stats import norm
+
+from conftest import REPO, run_snakemake
+from context_effects.anchoring.results import result_record
+from context_effects.anchoring.scoring import dumps
+from context_effects.config import validate_config
+from context_effects.llm.backends.synthetic import SyntheticBackend
+from context_effects.tables import run_notes
+
+N_TASKS = 60
+REPS = 3
+JUDGES = {"anchored-sim": 0.5, "unanchored-sim": 0.0}  # planted λ
+
+
+def _config(task_file: str) -> dict:
+    return {
+        "run": {"label": "synthetic-anchoring", "kind": "synthetic"},
+        "datasets": {"truthfulqa": {"source": "local", "local_path": "data/demo/truthfulqa.jsonl", "n_items": 4}},
+        "models": {
+            name: {"backend": "synthetic", "model_id": name, "synthetic": {"anchoring_lambda": lam}}
+            for name, lam in JUDGES.items()
+        },
+        "conformity": {"enabled": False},
+        "amel": {"enabled": False},
+        "anchoring": {
+            "judges": list(JUDGES),
+            "benchmark_datasets": ["truthfulqa"],
+            "task_files": [task_file],
+            "tasks_per_dataset": 4,
+            "repetitions": REPS,
+            "bootstrap_resamples": 2000,
+        },
+    }
+
+
+def _expected_score(mu: float, sd: float) -> float:
+    """E[clip(round_half_up(x), 1, 5)] for x ~ N(mu, sd): the synthetic judge's reply rule."""
+    cdf = [norm.cdf(k + 0.5, mu, sd) for k in range(1, 5)] + [1.0]
+    probs = np.diff([0.0, *cdf])
+    return float(np.dot(np.arange(1, 6), probs))
+
+
+def _planted_pull(judge: str, tasks: pd.DataFrame) -> float:
+    """Mean over tasks of sign(prior - E blind) * (E anchor - E blind), from the planted values."""
+    b = SyntheticBackend(model_name=judge, params={"anchoring_lambda": JUDGES[judge]}, seed=0)
+    p = b.planted_effects()["anchoring"]
+    pulls = []
+    for t in tasks.itertuples():
+        e_blind = b.anchoring_blind_mean(t.task_id, t.gold_score)
+        shift = p["framing_shift"] if p["framing_in_anchor"] else 0.0
+        blind = _expected_score(e_blind, p["noise_sd"])
+        anchor = _expected_score(e_blind + shift + p["lambda"] * (t.prior_score - e_blind), p["noise_sd"])
+        pulls.append(np.sign(t.prior_score - blind) * (anchor - blind))
+    return float(np.mean(pulls))
+
+
+def test_synthetic_run_recovers_the_planted_pull(workdir):
+    task_file = workdir / "tasks.jsonl"
+    with task_file.open("w") as fh:
+        for i in range(N_TASKS):
+            fh.write(json.dumps({"task_id": f"syn-{i:03d}", "question": f"Synthetic question {i}?",
+                                 "answer": f"Synthetic answer {i}.", "reference_answer": f"Reference {i}.",
+                                 "gold_score": 1 + i % 5}) + "\n")
+    cfg_path = workdir / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(_config(str(task_file))))
+    args = ("--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--configfile=" + str(cfg_path))
+    res = run_snakemake(*args)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+    tasks = pd.read_parquet(workdir / "results/anchoring/tasks.parquet")
+    assert len(tasks) == N_TASKS + 4
+    up = int((tasks["prior_direction"] == "above").sum())
+    assert abs(up - (len(tasks) - up)) <= 1
+
+    estimates = {}
+    for judge in JUDGES:
+        rec = json.loads((workdir / f"results/anchoring/runs/{judge}.json").read_text())
+        # The published artefact: model, version, provider, date, settings, raw judgments, scorer, limitations.
+        assert rec["model"]["provider"] == "synthetic" and rec["model"]["version"].startswith("synthetic-")
+        assert rec["model"]["engine_versions"] == ["synthetic-1"]
+        assert rec["date"]["date"] == rec["date"]["last_response"][:10]
+        assert rec["settings"]["repetitions"] == REPS and rec["settings"]["temperature"] == 0.0
+        assert rec["settings"]["templates"]["version"] and rec["settings"]["output_schema"]["required"] == ["score"]
+        assert len(rec["judgments"]) == len(tasks) * 3 * REPS
+        assert sorted(j["order"] for j in rec["judgments"]) == list(range(len(rec["judgments"])))
+        assert all(j["score"] is not None for j in rec["judgments"])
+        assert len(rec["limitations"]) >= 6 and "Synthetic backend" in rec["run"]["notes"][0]
+        assert rec["design"]["n_above"] == up
+        pull = rec["scorer"]["summary"]["pull"]
+        target = _planted_pull(judge, tasks)
+        est = pull["mean"]
+        assert est["ci_low"] <= target <= est["ci_high"], (judge, target, est)
+        assert est["estimate"] == pytest.approx(target, abs=0.15)
+        estimates[judge] = (est, target)
+        print(judge, target, est)
+
+    anchored, target = estimates["anchored-sim"]
+    assert target > 0.5 and anchored["ci_low"] > 0  # a real pull toward the prior is found
+    unanchored, null_target = estimates["unanchored-sim"]
+    assert abs(null_target) < 0.1 and unanchored["ci_low"] <= 0 <= unanchored["ci_high"]
+
+    table = pd.read_csv(workdir / "results/tables/anchoring/pull.csv")
+    assert table["Mean pull"].tolist() == pytest.approx([estimates[j][0]["estimate"] for j in JUDGES])
+    tex = (workdir / "results/tables/anchoring/pull.tex").read_text()
+    assert "Synthetic backend" in tex and r"\label{tab:anchoring-pull}" in tex
+    for ext in ("pdf", "png"):
+        assert (workdir / f"results/figures/anchoring/pull_distribution.{ext}").stat().st_size > 0
+
+    # Rescoring the same responses writes the same bytes: the date is the responses', not the clock's.
+    cfg = validate_config(_config(str(task_file)))
+    for j in JUDGES:
+        again = result_record(
+            workdir / "results/anchoring/tasks.parquet",
+            workdir / f"results/responses/anchoring/judge/{j}/tasks.parquet",
+            judge=j,
+            model_cfg=cfg["models"][j],
+            settings=cfg["anchoring"],
+            run_cfg=cfg["run"],
+            notes=run_notes(cfg["run"]),
+        )
+        assert dumps(again) == (workdir / f"results/anchoring/runs/{j}.json").read_text()

@@ -1,0 +1,15 @@
+"""Write the run report (results/report/report.md) from the tables and figures of the run."""
+
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
+
+from pathlib import Path
+
+from context_effects.jobs import setup_job_logging
+from context_effects.report import build_report
+
+log = setup_job_logging(snakemake.log[0])
+text = build_report(snakemake.input.manifest, list(snakemake.input.tables), list(snakemake.input.figures))
+Path(snakemake.output[0]).write_text(text)
+log.info("report: %d tables, %d figures", len(snakemake.input.tables), len(snakemake.input.figures))

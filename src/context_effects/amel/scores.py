@@ -1,0 +1,227 @@
+"""From response shards to P(Yes) per cell, bias scores and baseline entropy.
+
+P(Yes)
+------
+``first_token``: the probe probabilities of "Yes"/"yes" and "No"/"no" at the
+first generated position (``probe_probs``; else the top ``first_token_logprobs``
+with surrounding whitespace ignored), renormalised over the two verdicts:
+``P(Yes) = p_yes / (p_yes + p_no)``. ``yes_no_mass = p_yes + p_no`` says how
+much of the first token went to a verdict at all (low for poor judges). A
+verdict absent from the top alternatives counts as 0 and is flagged in
+``probe_missing``; with neither present P(Yes) is missing.
+
+``samples``: the share of Yes among replies that parse as a verdict (the
+first word, case and punctuation ignored); ``n_valid`` of ``n_requests``.
+
+Bias score (seed 000)
+---------------------
+``BS = P(r* | treatment) - P(r* | baseline)`` with r* the verdict *against* the
+history's prevailing polarity ("No" after yes-saturated, "Yes" after
+no-saturated) and the baseline of the same framing. BS < 0 = conforming.
+
+Baseline entropy
+----------------
+``H = -p log2 p - (1 - p) log2 (1 - p)`` of the baseline P(Yes) (bits; 0 =
+deterministic, 1 = maximally uncertain), per item x model x framing. An item
+is in the ``deterministic`` stratum when H < ``entropy_threshold_bits``,
+``uncertain`` otherwise (with sampling, all-agreeing samples give H = 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from context_effects.llm.store import request_from_json
+
+PROB_COLUMNS = (
+    "model",
+    "domain",
+    "item_id",
+    "answer",
+    "cell",
+    "framing",
+    "condition",
+    "k",
+    "n_biased",
+    "position",
+    "method",
+    "p_yes",
+    "yes_no_mass",
+    "probe_missing",
+    "n_requests",
+    "n_valid",
+    "n_failed",
+    "tokens_in",
+    "history_repeats",
+)
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _load(blob: Any) -> dict[str, float] | None:
+    if blob is None or (isinstance(blob, float) and math.isnan(blob)):
+        return None
+    out = json.loads(blob) if isinstance(blob, str) else blob
+    return out or None
+
+
+def first_token_p_yes(
+    probe_probs: Mapping[str, float] | None, top_logprobs: Mapping[str, float] | None
+) -> tuple[float, float, bool]:
+    """(P(Yes), yes/no mass, one verdict missing) from first-token probabilities; NaN if none."""
+    source: dict[str, float] = {}
+    if probe_probs:
+        source = {t: float(p) for t, p in probe_probs.items()}
+    elif top_logprobs:
+        source = {t: math.exp(float(lp)) for t, lp in top_logprobs.items() if math.isfinite(float(lp))}
+    mass = {"yes": 0.0, "no": 0.0}
+    seen = {"yes": False, "no": False}
+    for token, p in source.items():
+        word = token.strip().lower()
+        if word in mass:
+            mass[word] += p
+            seen[word] = True
+    total = mass["yes"] + mass["no"]
+    if not (seen["yes"] or seen["no"]) or total <= 0:
+        return math.nan, total, True
+    return mass["yes"] / total, total, not (seen["yes"] and seen["no"])
+
+
+def parse_verdict(text: str | None) -> str | None:
+    """'Yes' / 'No' from a sampled reply (its first word), else None."""
+    if not text:
+        return None
+    m = _WORD.search(text)
+    if not m:
+        return None
+    word = m.group(0).lower()
+    return {"yes": "Yes", "no": "No"}.get(word)
+
+
+def probabilities(response_paths: Sequence[str | Path]) -> pd.DataFrame:
+    """One row per model x item x cell with P(Yes) and how it was measured."""
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for path in response_paths:
+        cols = ["request_json", "text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"]
+        table = pd.read_parquet(path, columns=cols)
+        for blob, text, ok, probes, top, tokens_in in table.itertuples(index=False):
+            meta = request_from_json(blob).meta
+            key = (meta["model"], meta["item_id"], meta["cell"])
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {
+                    "meta": meta,
+                    "n": 0,
+                    "failed": 0,
+                    "verdicts": [],
+                    "first": None,
+                    "tokens_in": None,
+                }
+            g["n"] += 1
+            if not ok:
+                g["failed"] += 1
+                continue
+            if tokens_in is not None and not pd.isna(tokens_in):
+                g["tokens_in"] = int(tokens_in)
+            if meta["method"] == "first_token":
+                g["first"] = first_token_p_yes(_load(probes), _load(top))
+            else:
+                g["verdicts"].append(parse_verdict(text))
+    rows = []
+    for (model, item_id, cell), g in groups.items():
+        meta = g["meta"]
+        if meta["method"] == "first_token":
+            p, mass, missing = g["first"] if g["first"] is not None else (math.nan, math.nan, True)
+            n_valid = int(g["first"] is not None and not math.isnan(p))
+        else:
+            parsed = [v for v in g["verdicts"] if v is not None]
+            n_valid = len(parsed)
+            p = sum(v == "Yes" for v in parsed) / n_valid if n_valid else math.nan
+            mass, missing = n_valid / g["n"], False
+        rows.append(
+            {
+                "model": model,
+                "domain": meta["domain"],
+                "item_id": item_id,
+                "answer": meta["answer"],
+                "cell": cell,
+                "framing": meta["framing"],
+                "condition": meta["condition"],
+                "k": int(meta.get("k") or 0),
+                "n_biased": int(meta.get("n_biased") or 0),
+                "position": meta.get("position"),
+                "method": meta["method"],
+                "p_yes": p,
+                "yes_no_mass": mass,
+                "probe_missing": bool(missing),
+                "n_requests": g["n"],
+                "n_valid": n_valid,
+                "n_failed": g["failed"],
+                "tokens_in": g["tokens_in"],
+                "history_repeats": int(meta.get("history_repeats") or 0),
+            }
+        )
+    if not rows:
+        raise ValueError("no AMEL responses found in the given shards")
+    df = pd.DataFrame(rows, columns=list(PROB_COLUMNS))
+    return df.sort_values(["model", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)
+
+
+def binary_entropy(p: Any) -> np.ndarray:
+    """Entropy in bits of a Bernoulli(p); 0 at p in {0, 1}."""
+    p = np.asarray(p, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
+    return np.where((p == 0) | (p == 1), 0.0, h)
+
+
+def bias_scores(
+    probs: pd.DataFrame,
+    models_cfg: Mapping[str, Mapping[str, Any]],
+    *,
+    entropy_threshold_bits: float,
+) -> pd.DataFrame:
+    """One row per model x item x treatment cell: BS, its baseline, entropy stratum, congruence."""
+    base = probs[probs["condition"] == "baseline"][["model", "item_id", "framing", "p_yes"]]
+    base = base.rename(columns={"p_yes": "p_yes_baseline"})
+    treat = probs[probs["condition"] != "baseline"].merge(base, on=["model", "item_id", "framing"], how="left")
+    against_is_yes = treat["condition"] == "no_saturated"
+    treat["r_star"] = np.where(against_is_yes, "Yes", "No")
+    treat["p_rstar"] = np.where(against_is_yes, treat["p_yes"], 1 - treat["p_yes"])
+    treat["p_rstar_baseline"] = np.where(against_is_yes, treat["p_yes_baseline"], 1 - treat["p_yes_baseline"])
+    treat["bs"] = treat["p_rstar"] - treat["p_rstar_baseline"]
+    treat["baseline_entropy"] = binary_entropy(treat["p_yes_baseline"])
+    treat.loc[treat["p_yes_baseline"].isna(), "baseline_entropy"] = np.nan
+    treat["stratum"] = np.where(
+        treat["baseline_entropy"].isna(),
+        None,
+        np.where(treat["baseline_entropy"] < entropy_threshold_bits, "deterministic", "uncertain"),
+    )
+    prevailing = np.where(treat["condition"] == "yes_saturated", "Yes", "No")
+    # Congruent: the history's prevailing verdict is the correct one for this item.
+    treat["congruent"] = treat["answer"].to_numpy() == prevailing
+    treat["baseline_verdict"] = np.where(treat["p_yes_baseline"] >= 0.5, "Yes", "No")
+    treat["baseline_congruent"] = treat["baseline_verdict"].to_numpy() == prevailing
+    treat["polarity"] = np.where(treat["condition"] == "yes_saturated", "yes", "no")
+
+    def info(name: str, field: str) -> Any:
+        cfg = models_cfg.get(name, {})
+        if field == "provider":
+            return cfg.get("family") or cfg.get("backend") or "unknown"
+        if field == "display":
+            return cfg.get("display_name") or name
+        return cfg.get(field)
+
+    names = treat["model"].unique()
+    treat["provider"] = treat["model"].map({m: info(m, "provider") for m in names})
+    treat["display_name"] = treat["model"].map({m: info(m, "display") for m in names})
+    treat["params_b"] = treat["model"].map({m: info(m, "params_b") for m in names}).astype(float)
+    treat["backend"] = treat["model"].map({m: info(m, "backend") for m in names})
+    return treat.sort_values(["model", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)

@@ -1,0 +1,152 @@
+"""The statistics of the AMEL analysis, each a thin, tested wrapper over SciPy/statsmodels.
+
+Conventions (stated because the seed paper does not spell them out):
+
+* Cohen's d of bias scores is the one-sample d against 0, ``mean / sd``
+  (``sd`` with ddof = 1), with the one-sample t-test of the same values; the
+  paper's overall "d = -0.17, p < 1e-46" is of this kind (negative = conforming).
+* Between two groups (entropy strata, congruent vs incongruent): Welch's
+  t-test, d with the pooled SD.
+* Paired comparisons (negativity asymmetry per item): the paired t-test and
+  d_z = mean(diff) / sd(diff).
+* Confidence intervals of means are t intervals (default 95%).
+* Length: Spearman's rho and the OLS slope of BS on k (statsmodels, with its
+  t-test and CI).
+* Position: one-way ANOVA across positions.
+Fewer than two values give NaN statistics, never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+NAN = math.nan
+
+
+def _clean(x: Any) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    return a[np.isfinite(a)]
+
+
+def mean_ci(x: Any, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and its t confidence interval."""
+    a = _clean(x)
+    if len(a) == 0:
+        return NAN, NAN, NAN
+    m = float(a.mean())
+    if len(a) < 2:
+        return m, NAN, NAN
+    se = float(a.std(ddof=1) / math.sqrt(len(a)))
+    if se == 0:
+        return m, m, m
+    lo, hi = stats.t.interval(level, len(a) - 1, loc=m, scale=se)
+    return m, float(lo), float(hi)
+
+
+def one_sample(x: Any, level: float = 0.95) -> dict[str, float]:
+    """n, mean, CI, sd, Cohen's d (mean / sd) and the one-sample t-test against 0."""
+    a = _clean(x)
+    m, lo, hi = mean_ci(a, level)
+    out = {"n": len(a), "mean": m, "ci_low": lo, "ci_high": hi, "sd": NAN, "d": NAN, "t": NAN, "p": NAN}
+    if len(a) >= 2:
+        sd = float(a.std(ddof=1))
+        out["sd"] = sd
+        if sd > 0:
+            res = stats.ttest_1samp(a, 0.0)
+            out.update(d=m / sd, t=float(res.statistic), p=float(res.pvalue))
+    return out
+
+
+def pooled_d(a: Any, b: Any) -> float:
+    """Cohen's d of a vs b with the pooled SD."""
+    a, b = _clean(a), _clean(b)
+    if len(a) < 2 or len(b) < 2:
+        return NAN
+    pooled = ((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2)
+    return float((a.mean() - b.mean()) / math.sqrt(pooled)) if pooled > 0 else NAN
+
+
+def welch(a: Any, b: Any) -> dict[str, float]:
+    """Mean difference a - b, pooled-SD d, Welch's t-test."""
+    a, b = _clean(a), _clean(b)
+    out = {"n_a": len(a), "n_b": len(b), "diff": NAN, "d": NAN, "t": NAN, "p": NAN}
+    if len(a) >= 1 and len(b) >= 1:
+        out["diff"] = float(a.mean() - b.mean())
+    if len(a) >= 2 and len(b) >= 2 and (a.var() > 0 or b.var() > 0):
+        res = stats.ttest_ind(a, b, equal_var=False)
+        out.update(d=pooled_d(a, b), t=float(res.statistic), p=float(res.pvalue))
+    return out
+
+
+def paired(a: Any, b: Any) -> dict[str, float]:
+    """Paired comparison of a and b (same length; pairs with a missing value dropped)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    diff = a - b
+    out = {"n": len(a), "mean_a": NAN, "mean_b": NAN, "diff": NAN, "d_z": NAN, "t": NAN, "p": NAN}
+    if len(a):
+        out.update(mean_a=float(a.mean()), mean_b=float(b.mean()), diff=float(diff.mean()))
+    if len(a) >= 2 and diff.std(ddof=1) > 0:
+        res = stats.ttest_rel(a, b)
+        out.update(d_z=float(diff.mean() / diff.std(ddof=1)), t=float(res.statistic), p=float(res.pvalue))
+    return out
+
+
+def spearman(x: Any, y: Any) -> tuple[float, float]:
+    """Spearman's rho and its p-value (NaN when either side is constant)."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return NAN, NAN
+    res = stats.spearmanr(x, y)
+    return float(res.statistic), float(res.pvalue)
+
+
+def ols_slope(x: Any, y: Any, level: float = 0.95) -> dict[str, float]:
+    """OLS of y on x with an intercept (statsmodels): slope, SE, CI, t and p."""
+    import statsmodels.api as sm
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    out = {"n": len(x), "intercept": NAN, "slope": NAN, "se": NAN, "ci_low": NAN, "ci_high": NAN, "t": NAN, "p": NAN}
+    if len(x) < 3 or np.ptp(x) == 0:
+        return out
+    fit = sm.OLS(y, sm.add_constant(x)).fit()
+    lo, hi = fit.conf_int(alpha=1 - level)[1]
+    out.update(
+        intercept=float(fit.params[0]),
+        slope=float(fit.params[1]),
+        se=float(fit.bse[1]),
+        ci_low=float(lo),
+        ci_high=float(hi),
+        t=float(fit.tvalues[1]),
+        p=float(fit.pvalues[1]),
+    )
+    return out
+
+
+def anova(groups: Sequence[Any]) -> tuple[float, float]:
+    """One-way ANOVA F and p over the groups with at least two values."""
+    gs = [g for g in (_clean(g) for g in groups) if len(g) >= 2]
+    if len(gs) < 2 or all(np.ptp(g) == 0 for g in gs):
+        return NAN, NAN
+    res = stats.f_oneway(*gs)
+    return float(res.statistic), float(res.pvalue)
+
+
+def ratio(num: float, den: float) -> float:
+    """|num| / |den| (inf when den is 0 and num is not, NaN when both are)."""
+    num, den = abs(num), abs(den)
+    if den == 0:
+        return math.inf if num > 0 else NAN
+    return num / den

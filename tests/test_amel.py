@@ -1,0 +1,433 @@
+"""Study A (AMEL) library: items, histories, requests, probabilities, statistics, planted-effect recovery."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+from scipy import stats as sps
+
+from conftest import REPO
+from context_effects.amel import stats
+from context_effects.amel.analysis import ANALYSES, build_table
+from context_effects.amel.design import (
+    SYSTEM_PROMPT,
+    Cell,
+    DomainItems,
+    as_transcript,
+    build_messages,
+    design_cells,
+    verdicts,
+)
+from context_effects.amel.items import AmelItemError, load_item_file, select_items, verification_items
+from context_effects.amel.requests import domain_requests, probability_method, write_domain_shard
+from context_effects.amel.scores import (
+    bias_scores,
+    binary_entropy,
+    first_token_p_yes,
+    parse_verdict,
+    probabilities,
+)
+from context_effects.config import validate_config
+from context_effects.llm.backends.synthetic import amel_expected_bias_score, planted_effects
+from context_effects.llm.factory import make_backend
+from context_effects.llm.shards import answer_shard
+from context_effects.llm.store import ResponseStore
+
+SIM = {"backend": "synthetic", "model_id": "qwen-sim"}
+
+
+def amel_config(**overrides) -> dict:
+    cfg = validate_config(
+        {
+            "models": {"qwen-sim": SIM},
+            "datasets": {},
+            "conformity": {"enabled": False},
+            "anchoring": {"enabled": False},
+            "amel": {"models": ["qwen-sim"], "benchmark_datasets": [], **overrides},
+        }
+    )
+    return cfg
+
+
+def sim_items(n: int, domain: str = "sim", groups_of: int = 1) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "item_id": [f"{domain}-{i:04d}" for i in range(n)],
+            "domain": domain,
+            "group": [f"g{i // groups_of:04d}" for i in range(n)],
+            "content": [f"Item number {i}." for i in range(n)],
+            "question": "Is it right?",
+            "question_swapped": "Is it wrong?",
+            "answer": ["Yes", "No"] * (n // 2) + ["Yes"] * (n % 2),
+            "source": "test",
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- items
+
+
+def test_code_review_file_is_balanced_pairs():
+    items = load_item_file(REPO / "data/amel/code_review.jsonl", "code_review")
+    assert len(items) == 24 and items["group"].nunique() == 12
+    assert (items.groupby("group")["answer"].apply(sorted) == pd.Series([["No", "Yes"]] * 12).values).all()
+    assert (REPO / "data/amel/README.md").read_text().count("written for this project") == 1
+
+
+def test_item_file_errors_name_line_and_fix(tmp_path):
+    good = {"id": "a", "content": "x", "question": "q?", "question_swapped": "not q?", "answer": "Yes"}
+    lines = [good, {**good, "id": "b", "answer": "yes"}, {**good, "id": "c", "content": ""}, {**good, "colour": 1}]
+    path = tmp_path / "f.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\nnot json\n")
+    with pytest.raises(AmelItemError) as err:
+        load_item_file(path, "d")
+    msg = str(err.value)
+    assert "line 2: answer must be 'Yes' or 'No'" in msg
+    assert "line 3: missing or empty field(s) ['content']" in msg
+    assert "line 4: unknown field(s) ['colour']" in msg and "line 5: not JSON" in msg
+    with pytest.raises(AmelItemError, match="does not exist; fix `amel.item_files`"):
+        load_item_file(tmp_path / "missing.jsonl", "d")
+
+
+def test_verification_items_from_benchmark_table():
+    bench = pd.DataFrame(
+        {
+            "item_id": ["q1", "q2", "q3"],
+            "dataset": "truthfulqa",
+            "question": ["A?", "B?", "C?"],
+            "gold_answer": ["a", "b", "c"],
+            "wrong_attractor": ["x", "y", "z"],
+        }
+    )
+    two = verification_items(bench, "truthfulqa")
+    assert len(two) == 6 and set(two["group"]) == {"q1", "q2", "q3"}
+    row = two[two["item_id"] == "q2:wrong"].iloc[0]
+    assert row["answer"] == "No" and row["content"] == "Question: B?\nProposed answer: y"
+    one = verification_items(bench, "truthfulqa", answers_per_question=1)
+    assert len(one) == 3 and one["group"].is_unique and sorted(one["answer"]) == ["No", "Yes", "Yes"]
+
+
+def test_select_items_balanced_tests_and_pool_order():
+    items = select_items(sim_items(40, groups_of=2), 10, seed=1)
+    test = items[items["is_test"]]
+    assert len(test) == 10 and (test["answer"] == "Yes").sum() == 5
+    assert test["group"].is_unique  # groups before second members
+    # History pool: items of untested groups (one per group first), then the tested
+    # groups' other items, then the test items.
+    assert items["pool_rank"].tolist() == list(range(40))
+    assert not items["is_test"].iloc[:30].any() and items["is_test"].iloc[30:].all()
+    assert items["group"].iloc[:10].is_unique
+    assert not set(items["group"].iloc[:20]) & set(test["group"])
+    assert set(items["group"].iloc[20:30]) == set(test["group"])
+    # Deterministic.
+    pd.testing.assert_frame_equal(items, select_items(sim_items(40, groups_of=2).sample(frac=1, random_state=3), 10, 1))
+
+
+def test_histories_skip_own_group_and_share_prefix():
+    dom = DomainItems(select_items(sim_items(60, groups_of=2), 10, seed=2))
+    tests = [r["item_id"] for r in dom.rows if r["is_test"]]
+    hists = [dom.history(t, 20) for t in tests]
+    for t, (picks, repeats) in zip(tests, hists):
+        assert repeats == 0
+        assert all(dom.rows[p]["group"] != dom.row(t)["group"] for p in picks)
+    # Enough items: every test item gets the very same history.
+    assert all(h[0] == hists[0][0] for h in hists)
+    small = DomainItems(select_items(sim_items(6, groups_of=2), 4, seed=2))
+    picks, repeats = small.history(small.rows[0]["item_id"], 7)
+    assert repeats == 3 and len(picks) == 7
+
+
+# ----------------------------------------------------------------------------- design
+
+
+def test_design_cells_and_verdict_sequences():
+    a = amel_config()["amel"]
+    cells = design_cells(a)
+    # baseline + 2 x 4 lengths + 2 x 3 positions + swapped baseline + 2 swapped (k = 10 is a length already).
+    assert len(cells) == 1 + 8 + 6 + 1 + 2
+    sat = Cell("standard", "yes_saturated", 10, None, 10)
+    assert verdicts(sat, seed=1, domain="d") == ["Yes"] * 10
+    y = verdicts(Cell("standard", "yes_saturated", 10, None, 8), seed=1, domain="d")
+    n = verdicts(Cell("standard", "no_saturated", 10, None, 8), seed=1, domain="d")
+    assert y.count("Yes") == 8 and [{"Yes": "No", "No": "Yes"}[v] for v in y] == n  # mirror images
+    others = None
+    for pos, block in (("start", range(0, 5)), ("middle", range(22, 27)), ("end", range(45, 50))):
+        v = verdicts(Cell("standard", "no_saturated", 50, pos, 5), seed=1, domain="d")
+        assert all(v[i] == "No" for i in block)
+        rest = [v[i] for i in range(50) if i not in block]
+        base = verdicts(Cell("standard", "yes_saturated", 50, pos, 5), seed=1, domain="d")
+        assert rest == [base[i] for i in range(50) if i not in block]  # only the block differs
+        assert (rest.count("Yes"), rest.count("No")) == (22, 23)  # the other 45 turns balanced
+        assert others in (None, rest)  # and the same sequence wherever the block sits
+        others = rest
+
+
+def test_only_manipulated_turns_differ_byte_for_byte():
+    a = amel_config(history_lengths=[3, 6], position_history_length=6, position_biased_turns=2,
+                    framing_history_lengths=[3], saturation_share=0.7)["amel"]
+    dom = DomainItems(select_items(sim_items(20), 4, seed=3))
+    item = next(r["item_id"] for r in dom.rows if r["is_test"])
+    msgs = {c: build_messages(dom, item, c, seed=3)[0] for c in design_cells(a)}
+    base = msgs[Cell("standard", "baseline")]
+    assert base == (("system", SYSTEM_PROMPT), base[1]) and "Is it right? Answer Yes or No." in base[1][1]
+    for cell, m in msgs.items():
+        assert m[0] == ("system", SYSTEM_PROMPT)
+        assert m[-1] == msgs[Cell(cell.framing, "baseline")][-1]  # the test item, byte-identical
+        assert [r for r, _ in m] == ["system"] + ["user", "assistant"] * cell.k + ["user"]
+        for other, m2 in msgs.items():
+            if (other.k, other.framing) == (cell.k, cell.framing):
+                # Same k and framing: every non-assistant turn identical.
+                assert [t for t in m if t[0] != "assistant"] == [t for t in m2 if t[0] != "assistant"]
+    swapped = msgs[Cell("swapped", "yes_saturated", 3, None, 2)]
+    assert all("Is it wrong?" in c for r, c in swapped if r == "user")
+    std = msgs[Cell("standard", "yes_saturated", 3, None, 2)]
+    assert [c.replace("right", "wrong") for _, c in std] == [c for _, c in swapped]  # only the question differs
+    text = as_transcript(std)
+    assert text.startswith(SYSTEM_PROMPT) and text.endswith("Answer Yes or No.\n\nAssistant:")
+
+
+# ----------------------------------------------------------------------------- requests
+
+
+def test_probability_method_by_backend():
+    assert probability_method("m", {"backend": "vllm"}, "auto") == "first_token"
+    assert probability_method("m", {"backend": "openai"}, "auto") == "first_token"
+    assert probability_method("m", {"backend": "anthropic"}, "auto") == "samples"
+    assert probability_method("m", {"backend": "vllm"}, "samples") == "samples"
+    with pytest.raises(ValueError, match="exposes no token probabilities"):
+        probability_method("claude", {"backend": "anthropic"}, "logprobs")
+
+
+def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
+    # (With very short position runs, start and middle can coincide byte for byte; 20 turns avoid it.)
+    cfg = amel_config(history_lengths=[2, 4], position_history_length=20, position_biased_turns=2,
+                      framing_history_lengths=[2], n_samples=3)
+    items = select_items(sim_items(30), 5, seed=4)
+    reqs = domain_requests(items, "qwen-sim", SIM, cfg["amel"])
+    n_cells = len(design_cells(cfg["amel"]))
+    assert len(reqs) == 5 * n_cells
+    assert [r.messages for r in reqs] == sorted(r.messages for r in reqs)
+    # Every test item after the same 4-turn yes-saturated history: one contiguous run
+    # of requests sharing that history (longer histories that extend it may sit inside).
+    run = [i for i, r in enumerate(reqs) if r.meta["cell"] == "standard:yes_saturated:k4"]
+    assert len(run) == 5
+    assert len({reqs[i].messages[:9] for i in range(run[0], run[-1] + 1)}) == 1
+    r0 = reqs[0]
+    assert r0.sampling.max_tokens == 1 and r0.sampling.temperature == 0 and "Yes" in r0.sampling.probe_tokens
+    claude = {"backend": "anthropic", "model_id": "claude-x"}
+    sampled = domain_requests(items, "claude", claude, cfg["amel"])
+    assert len(sampled) == 3 * len(reqs)
+    assert {r.sample_index for r in sampled} == {0, 1, 2} and all(r.sampling.temperature == 1.0 for r in sampled)
+    assert len({r.key for r in sampled}) == len(sampled)
+    base = domain_requests(items, "gbase", {"backend": "vllm", "model_id": "g", "mode": "completion"}, cfg["amel"])
+    assert all(len(r.messages) == 1 and r.mode == "completion" for r in base)
+
+
+# ----------------------------------------------------------------------------- probabilities
+
+
+def test_first_token_probability_and_sample_parsing():
+    p, mass, missing = first_token_p_yes({"Yes": 0.3, "No": 0.1, "yes": 0.1}, None)
+    assert p == pytest.approx(0.8) and mass == pytest.approx(0.5) and not missing
+    p, _, missing = first_token_p_yes(None, {" Yes": math.log(0.6), "No": math.log(0.2), "The": math.log(0.1)})
+    assert p == pytest.approx(0.75) and not missing
+    p, _, missing = first_token_p_yes(None, {"Yes": math.log(0.6), "The": math.log(0.1)})
+    assert p == 1.0 and missing
+    assert math.isnan(first_token_p_yes({}, {"The": -0.1})[0])
+    assert [parse_verdict(t) for t in ("Yes.", " no, because", "**Yes**", "Maybe", "", None)] == [
+        "Yes", "No", "Yes", None, None, None,
+    ]
+
+
+def test_bias_score_entropy_and_congruence_by_hand():
+    rows = [
+        # item a (answer Yes): baseline 0.7; yes-sat 0.9 (r* = No: 0.1 - 0.3 = -0.2); no-sat 0.4 (r* = Yes: 0.4 - 0.7 = -0.3)
+        ("a", "Yes", "standard:baseline", "standard", "baseline", 0, 0.7),
+        ("a", "Yes", "standard:yes_saturated:k5", "standard", "yes_saturated", 5, 0.9),
+        ("a", "Yes", "standard:no_saturated:k5", "standard", "no_saturated", 5, 0.4),
+        ("b", "No", "standard:baseline", "standard", "baseline", 0, 1.0),
+        ("b", "No", "standard:no_saturated:k5", "standard", "no_saturated", 5, 1.0),
+    ]
+    probs = pd.DataFrame(
+        [dict(model="m", domain="d", item_id=i, answer=a, cell=c, framing=f, condition=cond, k=k, n_biased=k,
+              position=None, method="first_token", p_yes=p) for i, a, c, f, cond, k, p in rows]
+    )
+    bs = bias_scores(probs, {"m": {"backend": "vllm", "family": "fam", "params_b": 7}}, entropy_threshold_bits=0.5)
+    got = bs.set_index(["item_id", "condition"])
+    assert got.loc[("a", "yes_saturated"), "bs"] == pytest.approx(-0.2)
+    assert got.loc[("a", "no_saturated"), "bs"] == pytest.approx(-0.3)
+    assert got.loc[("a", "yes_saturated"), "baseline_entropy"] == pytest.approx(sps.entropy([0.7, 0.3], base=2))
+    assert got.loc[("a", "yes_saturated"), "stratum"] == "uncertain"
+    assert got.loc[("b", "no_saturated"), "baseline_entropy"] == 0 and got.loc[("b", "no_saturated"), "stratum"] == "deterministic"
+    assert bool(got.loc[("a", "yes_saturated"), "congruent"]) and not bool(got.loc[("a", "no_saturated"), "congruent"])
+    assert bool(got.loc[("b", "no_saturated"), "congruent"])
+    assert set(bs["provider"]) == {"fam"} and set(bs["params_b"]) == {7.0}
+    assert binary_entropy([0.0, 0.5, 1.0]).tolist() == [0.0, 1.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+X = np.array([-0.21, -0.05, 0.02, -0.33, -0.12, 0.08, -0.19, -0.07, -0.26, 0.01, -0.15, -0.04])
+Y = np.array([-0.11, 0.03, 0.05, -0.20, -0.02, 0.04, -0.25, 0.00, -0.10, 0.06, -0.09, -0.01])
+K = np.array([5, 5, 5, 10, 10, 10, 20, 20, 20, 50, 50, 50])
+
+
+def test_statistics_match_scipy_and_statsmodels():
+    s = stats.one_sample(X)
+    ref = sps.ttest_1samp(X, 0)
+    assert s["t"] == pytest.approx(ref.statistic) and s["p"] == pytest.approx(ref.pvalue)
+    assert s["d"] == pytest.approx(X.mean() / X.std(ddof=1))
+    half = sps.t.ppf(0.975, len(X) - 1) * X.std(ddof=1) / math.sqrt(len(X))
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx((X.mean() - half, X.mean() + half))
+
+    w = stats.welch(X, Y)
+    ref = sps.ttest_ind(X, Y, equal_var=False)
+    assert (w["t"], w["p"]) == pytest.approx((ref.statistic, ref.pvalue))
+    sp = math.sqrt((X.var(ddof=1) + Y.var(ddof=1)) / 2)  # equal n: pooled = mean of variances
+    assert w["d"] == pytest.approx((X.mean() - Y.mean()) / sp)
+
+    p = stats.paired(np.abs(X), np.abs(Y))
+    ref = sps.ttest_rel(np.abs(X), np.abs(Y))
+    assert (p["t"], p["p"]) == pytest.approx((ref.statistic, ref.pvalue))
+    diff = np.abs(X) - np.abs(Y)
+    assert p["d_z"] == pytest.approx(diff.mean() / diff.std(ddof=1))
+
+    rho, rho_p = stats.spearman(K, X)
+    ref = sps.spearmanr(K, X)
+    assert (rho, rho_p) == pytest.approx((ref.statistic, ref.pvalue))
+
+    fit = stats.ols_slope(K, X)
+    lin = sps.linregress(K, X)
+    assert (fit["slope"], fit["se"], fit["p"], fit["intercept"]) == pytest.approx(
+        (lin.slope, lin.stderr, lin.pvalue, lin.intercept)
+    )
+    ci = sm.OLS(X, sm.add_constant(K)).fit().conf_int()[1]
+    tq = sps.t.ppf(0.975, len(K) - 2)
+    assert (fit["ci_low"], fit["ci_high"]) == pytest.approx(tuple(ci))
+    assert fit["ci_high"] == pytest.approx(lin.slope + tq * lin.stderr)
+
+    f, fp = stats.anova([X[:4], X[4:8], X[8:]])
+    ref = sps.f_oneway(X[:4], X[4:8], X[8:])
+    assert (f, fp) == pytest.approx((ref.statistic, ref.pvalue))
+
+    assert math.isnan(stats.one_sample([0.1])["t"]) and math.isnan(stats.spearman([1, 1, 1], [1, 2, 3])[0])
+    assert stats.ratio(-0.3, -0.2) == pytest.approx(1.5) and stats.ratio(0.1, 0) == math.inf
+
+
+def test_tables_on_fixed_data_use_the_same_statistics():
+    rows = []
+    for i, (x, y, k) in enumerate(zip(X, Y, K)):
+        for pol, bs in (("yes", x), ("no", y)):
+            rows.append(dict(model="m", domain="d", item_id=f"i{i % 4}", framing="standard", position=None, k=k,
+                             condition=f"{pol}_saturated", polarity=pol, bs=bs, provider="p", params_b=1.0,
+                             stratum="uncertain" if i % 2 else "deterministic", congruent=bool(i % 3),
+                             baseline_congruent=bool(i % 2)))
+    bs = pd.DataFrame(rows)
+    eff = build_table("effects", bs, pd.DataFrame(), {}).set_index(["scope", "group"])
+    ref = sps.ttest_1samp(np.concatenate([X, Y]), 0)
+    assert eff.loc[("overall", "all"), "t"] == pytest.approx(ref.statistic)
+    asym = build_table("asymmetry", bs, pd.DataFrame(), {}).set_index(["scope", "group"])
+    ref = sps.ttest_rel(np.abs(Y), np.abs(X))
+    assert asym.loc[("overall", "all"), "t"] == pytest.approx(ref.statistic)
+    assert asym.loc[("overall", "all"), "ratio"] == pytest.approx(abs(Y.mean()) / abs(X.mean()))
+    length = build_table("length", bs, pd.DataFrame(), {}).set_index(["scope", "group"])
+    assert length.loc[("polarity", "yes"), "slope"] == pytest.approx(sps.linregress(K, X).slope)
+    assert length.loc[("polarity", "yes"), "rho"] == pytest.approx(sps.spearmanr(K, X).statistic)
+
+
+# ----------------------------------------------------------------------------- planted recovery
+
+
+def run_synthetic(tmp_path, cfg, items, model="qwen-sim"):
+    path = tmp_path / "items.parquet"
+    items.to_parquet(path)
+    write_domain_shard(path, tmp_path / "req.parquet", model_name=model, model_cfg=cfg["models"][model],
+                       amel_cfg=cfg["amel"])
+    store = ResponseStore(tmp_path / "store")
+    backend = make_backend(model, cfg["models"][model], store=store)
+    answer_shard(tmp_path / "req.parquet", tmp_path / "resp.parquet", tmp_path / "ledger.json", backend, store,
+                 progress=False)
+    probs = probabilities([tmp_path / "resp.parquet"])
+    return probs, bias_scores(probs, cfg["models"], entropy_threshold_bits=cfg["amel"]["entropy_threshold_bits"])
+
+
+def test_analysis_recovers_planted_amel_effects(tmp_path):
+    """Synthetic model, 200 items: BS per cell, asymmetry, k trend, position and framing within their CIs."""
+    cfg = amel_config(history_lengths=[5, 20, 50], framing_history_lengths=[20])
+    probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(260), 200, seed=5))
+    assert (probs["method"] == "first_token").all() and probs["p_yes"].notna().all()
+    planted = planted_effects("qwen-sim")["amel"]
+    main = bs[(bs["framing"] == "standard") & bs["position"].isna()]
+    for (cond, k), part in main.groupby(["condition", "k"]):
+        s = stats.one_sample(part["bs"])
+        assert s["ci_high"] < 0  # conforming, significantly
+        assert s["ci_low"] <= planted["expected_bias_score"]["standard"][cond][k] <= s["ci_high"], (cond, k, s)
+    for (cond, pos), part in bs[bs["position"].notna()].groupby(["condition", "position"]):
+        s = stats.one_sample(part["bs"])
+        assert s["ci_low"] <= amel_expected_bias_score("qwen-sim", None, cond, 5, pos) <= s["ci_high"], (cond, pos)
+    a = {}
+    for name in ANALYSES:
+        a[name] = build_table(name, bs, probs, cfg["amel"])
+    overall = lambda t: t[t["scope"] == "overall"]  # noqa: E731
+    eff = overall(a["effects"]).iloc[0]
+    assert eff["d"] < 0 and eff["p"] < 1e-10
+    ent = overall(a["entropy"]).set_index("stratum")
+    assert ent.loc["uncertain", "mean_bs"] < ent.loc["deterministic", "mean_bs"] < 0  # bias concentrates on uncertain items
+    asym = a["asymmetry"].set_index(["scope", "group"])
+    for k in (5, 20, 50):
+        row = asym.loc[("k", str(k))]
+        assert row["ratio"] == pytest.approx(planted["bias_score_ratio"]["standard"][k], rel=0.1)
+    assert asym.loc[("overall", "all"), "ratio"] > 1.3 and asym.loc[("overall", "all"), "p"] < 1e-10
+    length = overall(a["length"]).iloc[0]
+    assert length["rho"] < 0 and length["slope_ci_high"] < 0  # planted f(k) grows with k
+    pos = overall(a["position"]).set_index("position")
+    assert pos.loc["end", "mean_bs"] < pos.loc["middle", "mean_bs"] < pos.loc["start", "mean_bs"]  # recency weights
+    assert pos.loc["ANOVA", "p"] < 0.01
+    fr = overall(a["framing"]).set_index("framing")
+    assert fr.loc["swapped", "ratio"] == pytest.approx(planted["bias_score_ratio"]["swapped"][20], rel=0.1)
+    assert fr.loc["standard - swapped", "asym"] > 0 and fr.loc["standard - swapped", "p"] < 0.01
+    cong = overall(a["congruence"])
+    diff = cong[(cong["basis"] == "truth") & (cong["items"] == "congruent - incongruent")].iloc[0]
+    assert diff["p"] > 0.001  # nothing planted on truth
+
+
+def test_flat_k_and_sampled_probabilities(tmp_path):
+    """k_scale = 0 plants a flat effect in k (seed finding); sampling P(Yes) tracks the planted P."""
+    cfg = amel_config(history_lengths=[5, 50], positions=[], framing_swap=False, probability_method="samples",
+                      n_samples=30)
+    cfg["models"]["qwen-sim"] = {**SIM, "synthetic": {"amel_k_scale": 0.0}}
+    probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(30), 16, seed=6))
+    assert (probs["method"] == "samples").all() and (probs["n_valid"] == 30).all()
+    from context_effects.llm.backends.synthetic import SyntheticBackend
+
+    truth = SyntheticBackend(model_name="qwen-sim", params={"amel_k_scale": 0.0})
+    base = probs[probs["condition"] == "baseline"]
+    exact = np.array([truth.amel_p_yes(i) for i in base["item_id"]])
+    se = np.sqrt(exact * (1 - exact) / 30)
+    assert np.mean(np.abs(base["p_yes"].to_numpy() - exact) <= 2.6 * se + 1e-9) > 0.9
+    length = build_table("length", bs, probs, cfg["amel"])
+    row = length[length["scope"] == "overall"].iloc[0]
+    assert row["slope_ci_low"] <= 0 <= row["slope_ci_high"]
+
+
+def test_every_figure_draws_from_its_table(tmp_path):
+    from context_effects.amel.plots import FIGURES
+    from context_effects.figures import save_figure
+
+    cfg = amel_config(history_lengths=[2, 6], position_history_length=8, position_biased_turns=2,
+                      framing_history_lengths=[2])
+    probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(24), 12, seed=7))
+    for name, draw in FIGURES.items():
+        table = build_table(name, bs, probs, cfg["amel"])
+        table.to_csv(tmp_path / "t.csv", index=False)
+        table = pd.read_csv(tmp_path / "t.csv")  # as the figure rule reads it
+        kwargs = {"threshold": 0.5} if name == "entropy" else {}
+        fig = draw(table, probs if name == "probabilities" else bs, note="demo note", **kwargs)
+        save_figure(fig, tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000, name

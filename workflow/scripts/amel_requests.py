@@ -1,0 +1,18 @@
+"""Write one AMEL request shard: every cell of every test item of one domain, for one model."""
+
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
+
+from context_effects.amel.requests import write_domain_shard
+from context_effects.jobs import setup_job_logging
+
+log = setup_job_logging(snakemake.log[0])
+n = write_domain_shard(
+    snakemake.input.item_table,
+    snakemake.output[0],
+    model_name=snakemake.wildcards.model,
+    model_cfg=snakemake.params.model,
+    amel_cfg=snakemake.params.settings,
+)
+log.info("wrote %d requests to %s", n, snakemake.output[0])

@@ -1,0 +1,315 @@
+"""Which measurement-model fits a configuration asks for, and one fit as a file-to-file job.
+
+Every table of seed 002 that reports a model quantity comes from one of these fits
+(one per dataset and variant; the directory ``results/conformity/fits/{dataset}/{variant}/``):
+
+=================  =========================================================  ==============
+variant            data and model                                             tables
+=================  =========================================================  ==============
+``main``           main corpus of the primary seed, open-weight judge panel   3, 4, 9, 17, 20
+                   (``conformity.judges``), θ_a = ``fit.theta_anchor``
+``decomposition``  decomposition corpus, same panel; shifts built from the    9, 10-12
+                   increments Δ_sp, Δ_content,k, Δ_pp,c (App. C.1 priors on
+                   η_regen, η_content and η)
+``self-excluded``  ``main`` without every rating a judge gave to an answer    9, 17
+                   of its own model family (anchors kept)
+``theta-<θ>``      ``main`` with anchors pinned at ±θ, for every θ in         9, 20
+                   ``fit.theta_anchor_sensitivity`` other than θ_a (that one
+                   is ``main``), on ``fit.theta_anchor_datasets``
+``hosted-<judge>`` ``main`` with the panel plus one hosted judge (the         4 (API rows), 9
+                   five-judge refits), on ``hosted_judge_datasets``
+=================  =========================================================  ==============
+
+No fit of the seed-43/44 executions: seed 002 (§2.2) uses them "only to assess
+reproducibility"; they never enter a hierarchical fit and no table reports one.
+
+A variant that cannot be fitted under a configuration is left out of the plan with a
+reason (``omitted_fits``) that the tables print instead of a number: hosted refits with no
+hosted judge, a self-rating exclusion that would remove every rating, a decomposition fit
+with the decomposition corpus disabled.
+
+Anchor ratings: seed 002 §3.4 — "All primary estimates therefore use reference-augmented
+anchor scoring, while experimental answers remain reference-free." Every fit therefore
+keeps only the reference-augmented anchor ratings; the reference-free ones serve the anchor
+audit (Table 5) alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from context_effects.measurement.data import RatingsError, model_family
+
+KINDS = ("main", "decomposition", "self-excluded", "theta", "hosted")
+#: Columns of the judge stage's ratings table that selecting a fit's rows needs
+#: (on top of the measurement contract of ``measurement.data``).
+SELECTION_COLUMNS = ("corpus", "seed", "reference")
+QUALITY_COLUMNS = ("answer_id", "theta_mean", "theta_sd", "dataset", "corpus", "seed", "generator", "item_id",
+                   "condition")
+DECOMPOSITION_TABLES = {"truthfulqa": 10, "mmlu_pro": 11, "arc_challenge": 12}
+
+
+@dataclass(frozen=True)
+class FitSpec:
+    """One fit: which ratings (corpus, seed, judges, self-exclusion) and which model (θ_a, shift prior)."""
+
+    dataset: str
+    variant: str
+    kind: str
+    corpus: str
+    seed: int
+    judges: tuple[str, ...]
+    theta_anchor: float
+    exclude_self: bool = False
+    shift_prior: str = "cell"
+    hosted_judge: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["judges"] = list(self.judges)
+        return d
+
+
+def theta_variant(theta: float) -> str:
+    return f"theta-{float(theta)!r}"
+
+
+def hosted_variant(judge: str) -> str:
+    return f"hosted-{judge}"
+
+
+def family_of(config: Mapping[str, Any], model: str) -> str:
+    """The model's configured ``family``, else one inferred from its name."""
+    m = config.get("models", {}).get(model) or {}
+    return m.get("family") or model_family(model)
+
+
+def display_name(config: Mapping[str, Any], model: str) -> str:
+    m = config.get("models", {}).get(model) or {}
+    return m.get("display_name") or model
+
+
+def _has_non_self_pair(config: Mapping[str, Any]) -> bool:
+    c = config["conformity"]
+    return any(family_of(config, j) != family_of(config, g) for j in c["judges"] for g in c["generators"])
+
+
+def fit_plan(config: Mapping[str, Any]) -> list[FitSpec]:
+    """Every fit the configuration asks for, in table order."""
+    return _plan(config)[0]
+
+
+def omitted_fits(config: Mapping[str, Any]) -> dict[str, str]:
+    """Variant kind → why no fit of that kind is in the plan (only kinds left out)."""
+    return _plan(config)[1]
+
+
+def _plan(config: Mapping[str, Any]) -> tuple[list[FitSpec], dict[str, str]]:
+    c = config["conformity"]
+    f = c["fit"]
+    if not c.get("enabled", True):
+        return [], {k: "Study C is disabled in this configuration" for k in KINDS}
+    judges = tuple(c["judges"])
+    if not judges or not c["generators"]:
+        return [], {k: "no judges or no generators are configured" for k in KINDS}
+    datasets = list(c["datasets"])
+    theta_a = float(f["theta_anchor"])
+    plan: list[FitSpec] = []
+    omitted: dict[str, str] = {}
+    base = {"corpus": "main", "seed": int(c["primary_seed"]), "judges": judges, "theta_anchor": theta_a}
+    for ds in datasets:
+        plan.append(FitSpec(ds, "main", "main", **base))
+    if c["decomposition"]["enabled"]:
+        for ds in datasets:
+            plan.append(
+                FitSpec(ds, "decomposition", "decomposition", corpus="decomposition",
+                        seed=int(c["decomposition"]["seed"]), judges=judges, theta_anchor=theta_a,
+                        shift_prior="increment")
+            )
+    else:
+        omitted["decomposition"] = "the decomposition corpus is disabled (conformity.decomposition.enabled)"
+    if _has_non_self_pair(config):
+        for ds in datasets:
+            plan.append(FitSpec(ds, "self-excluded", "self-excluded", exclude_self=True, **base))
+    else:
+        omitted["self-excluded"] = (
+            "every judge shares its model family with every generator: excluding self-ratings would "
+            "remove every experimental rating"
+        )
+    thetas = [float(t) for t in f["theta_anchor_sensitivity"] if float(t) != theta_a]
+    theta_ds = [d for d in f["theta_anchor_datasets"] if d in datasets]
+    if thetas and theta_ds:
+        for ds in theta_ds:
+            for t in thetas:
+                plan.append(FitSpec(ds, theta_variant(t), "theta", **{**base, "theta_anchor": t}))
+    else:
+        omitted["theta"] = (
+            "no anchor scale other than fit.theta_anchor is configured" if not thetas
+            else "none of fit.theta_anchor_datasets is among conformity.datasets"
+        )
+    hosted = list(c["hosted_judges"])
+    hosted_ds = [d for d in c["hosted_judge_datasets"] if d in datasets]
+    if hosted and hosted_ds:
+        for ds in hosted_ds:
+            for h in hosted:
+                plan.append(FitSpec(ds, hosted_variant(h), "hosted", corpus="main", seed=int(c["primary_seed"]),
+                                    judges=judges + (h,), theta_anchor=theta_a, hosted_judge=h))
+    else:
+        omitted["hosted"] = (
+            "no hosted judges are configured (conformity.hosted_judges)" if not hosted
+            else "none of conformity.hosted_judge_datasets is among conformity.datasets"
+        )
+    return plan, omitted
+
+
+def find_spec(config: Mapping[str, Any], dataset: str, variant: str) -> FitSpec:
+    for spec in fit_plan(config):
+        if spec.dataset == dataset and spec.variant == variant:
+            return spec
+    raise KeyError(f"no fit {dataset}/{variant} in this configuration's plan")
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def select_ratings(table: pd.DataFrame, spec: FitSpec) -> pd.DataFrame:
+    """The rows of the judge stage's ratings table that enter ``spec``'s fit.
+
+    Experimental answers of the spec's corpus and seed plus the reference-augmented anchor
+    ratings (module docstring), by the spec's judges only — a hosted judge's ratings never
+    reach a four-judge fit.
+    """
+    missing = [col for col in SELECTION_COLUMNS if col not in table.columns]
+    if missing:
+        raise RatingsError(
+            f"ratings table lacks column(s) {missing} needed to select a fit's rows "
+            f"(the judge stage's table has corpus, seed and reference)"
+        )
+    seed = pd.to_numeric(table["seed"], errors="coerce")
+    experimental = (table["corpus"] == spec.corpus) & (seed == spec.seed)
+    anchors = (table["corpus"] == "anchor") & (table["reference"] == "augmented")
+    rows = table.loc[(experimental | anchors) & table["judge"].isin(spec.judges)].reset_index(drop=True)
+    if not (rows["corpus"] == spec.corpus).any():
+        raise RatingsError(
+            f"no {spec.corpus}-corpus ratings of seed {spec.seed} by judges {list(spec.judges)} in the "
+            f"{spec.dataset} ratings table"
+        )
+    absent = sorted(set(spec.judges) - set(rows["judge"]))
+    if absent:
+        raise RatingsError(f"judge(s) {absent} have no ratings for {spec.dataset}/{spec.variant}")
+    if not anchors.any():
+        raise RatingsError(f"no reference-augmented anchor ratings in the {spec.dataset} ratings table: "
+                           "the anchors fix the latent scale, so no fit is possible")
+    return rows
+
+
+# ----------------------------------------------------------------------------- one fit
+
+
+def run_fit(
+    ratings_path: str | os.PathLike,
+    spec: FitSpec,
+    settings: Mapping[str, Any],
+    families: Mapping[str, str],
+    out_dir: str | os.PathLike,
+    *,
+    chain_method: str = "sequential",
+    log=None,
+) -> dict[str, Any]:
+    """Fit ``spec`` on a ratings table and write posterior.nc, summary.csv, diagnostics.json
+    and quality.parquet into ``out_dir``. ``settings`` is the config's ``conformity.fit``."""
+    from context_effects.measurement.data import prepare_data
+    from context_effects.measurement.fit import fit_nuts, fit_svi, save_fit
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = pd.read_parquet(ratings_path)
+    rows = select_ratings(table, spec)
+    data = prepare_data(rows, judges=spec.judges, exclude_self=spec.exclude_self, family=dict(families))
+    if log:
+        log.info("%s/%s: %d ratings, %d answers, %d anchors, %d trials, judges %s; %s",
+                 spec.dataset, spec.variant, data.n_ratings, data.n_answers, data.n_anchors, data.n_trials,
+                 list(data.judges), data.info)
+    common = {"seed": int(settings["seed"]), "precision": settings["precision"],
+              "theta_anchor": spec.theta_anchor, "shift_prior": spec.shift_prior}
+    if settings["method"] == "nuts":
+        fit = fit_nuts(
+            data, chains=int(settings["chains"]), warmup=int(settings["warmup"]), samples=int(settings["samples"]),
+            target_accept=float(settings["target_accept"]), max_tree_depth=int(settings["max_tree_depth"]),
+            chain_method=chain_method, **common,
+        )
+    else:
+        fit = fit_svi(data, steps=int(settings["svi_steps"]), guide=settings["svi_guide"],
+                      num_draws=int(settings["samples"]), **common)
+    save_fit(fit, out / "posterior.nc", out / "summary.csv", out / "diagnostics.json")
+    diag = json.loads((out / "diagnostics.json").read_text())
+    diag["fit"] = spec.as_dict()
+    (out / "diagnostics.json").write_text(json.dumps(diag, indent=2, default=float) + "\n", encoding="utf-8")
+    quality_frame(fit, rows).to_parquet(out / "quality.parquet", index=False)
+    if log:
+        log.info("%s/%s fitted in %.1f s: %s", spec.dataset, spec.variant, fit.timings.get("total_s", float("nan")),
+                 {k: diag.get(k) for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "divergences")})
+    return diag
+
+
+def quality_frame(fit, rows: pd.DataFrame) -> pd.DataFrame:
+    """Posterior mean and SD of θ for every experimental answer of the fit, with its identity
+    (anchors are left out: their θ is pinned, not estimated)."""
+    from context_effects.measurement.fit import answer_quality
+
+    q = answer_quality(fit)
+    q = q.loc[~q["anchor"], ["answer_id", "theta_mean", "theta_sd"]]
+    ident = [c for c in QUALITY_COLUMNS[3:] if c in rows.columns]
+    meta = rows.drop_duplicates("answer_id").set_index("answer_id")[ident]
+    q = q.join(meta, on="answer_id")
+    for col in QUALITY_COLUMNS:
+        if col not in q.columns:
+            q[col] = None
+    return q.loc[:, list(QUALITY_COLUMNS)].reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def assess(diag: Mapping[str, Any], thresholds: Mapping[str, Any]) -> list[str]:
+    """Why a fit's diagnostics fail the configured thresholds (empty list: it passes).
+
+    A fit without MCMC diagnostics (SVI) fails: its intervals are not trustworthy
+    (``fit_svi`` docstring) and nothing checks its convergence.
+    """
+    if diag.get("method") == "svi":
+        return ["SVI fit: no MCMC convergence diagnostics (intervals too narrow; use NUTS)"]
+    reasons = []
+    if not diag["max_rhat"] <= thresholds["max_rhat"]:
+        reasons.append(f"R-hat {diag['max_rhat']:.3f} > {thresholds['max_rhat']} ({diag.get('max_rhat_at')})")
+    if not diag["min_ess_bulk"] >= thresholds["min_ess_bulk"]:
+        reasons.append(f"bulk ESS {diag['min_ess_bulk']:.0f} < {thresholds['min_ess_bulk']:g} "
+                       f"({diag.get('min_ess_bulk_at')})")
+    if not diag["min_ess_tail"] >= thresholds["min_ess_tail"]:
+        reasons.append(f"tail ESS {diag['min_ess_tail']:.0f} < {thresholds['min_ess_tail']:g} "
+                       f"({diag.get('min_ess_tail_at')})")
+    div = diag.get("divergences") or 0
+    if div > thresholds["max_divergences"]:
+        reasons.append(f"{div} divergent transitions > {thresholds['max_divergences']}")
+    return reasons
+
+
+def thresholds_of(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: settings[k] for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "max_divergences")}
+
+
+def fit_dir(spec_or_dataset, variant: str | None = None) -> str:
+    if isinstance(spec_or_dataset, FitSpec):
+        return f"results/conformity/fits/{spec_or_dataset.dataset}/{spec_or_dataset.variant}"
+    return f"results/conformity/fits/{spec_or_dataset}/{variant}"
+
+
+def specs_for(plan: Sequence[FitSpec], *, kind: str | None = None, dataset: str | None = None) -> list[FitSpec]:
+    return [s for s in plan if (kind is None or s.kind == kind) and (dataset is None or s.dataset == dataset)]

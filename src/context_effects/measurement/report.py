@@ -1,0 +1,422 @@
+"""Seed 002's model-based tables (3, 4, 9, 10-12, 17, 20) from fit summaries and diagnostics.
+
+Inputs are only what each fit wrote (``summary.csv``, ``diagnostics.json``; see
+``measurement.pipeline``) — never draws — so a table rebuilds in a second. Cells report
+posterior means with 95% credible intervals, ``"+0.257 [+0.220, +0.292]"``, as the paper
+prints them. A fit whose diagnostics fail the configured thresholds is marked in the
+table's ``Diagnostics`` column and named, with the reasons, in a note under the table;
+a fit that is not in the plan gives a row or note saying why instead of a number.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from context_effects.conformity.conditions import PEER_CONDITIONS
+from context_effects.measurement.pipeline import (
+    DECOMPOSITION_TABLES,
+    FitSpec,
+    assess,
+    display_name,
+    fit_plan,
+    omitted_fits,
+    specs_for,
+    thresholds_of,
+)
+
+DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
+CONDITION_LABELS = {"peer_correct": "All-Correct", "peer_wrong": "All-Wrong", "peer_mixed": "Mixed"}
+#: Table 3's column order (the paper's).
+TABLE3_CONDITIONS = ("peer_correct", "peer_wrong", "peer_mixed")
+TABLES = ("3", "4", "9", "10", "11", "12", "17", "20")
+OK = "ok"
+
+
+@dataclass
+class FitResult:
+    spec: FitSpec
+    summary: pd.DataFrame
+    diag: dict[str, Any]
+    failures: list[str]
+
+    @property
+    def status(self) -> str:
+        return OK if not self.failures else "FAILED"
+
+    def row(self, block: str, **labels) -> pd.Series | None:
+        s = self.summary
+        m = s["block"] == block
+        for k, v in labels.items():
+            m &= s[k] == v
+        hits = s.loc[m]
+        return None if hits.empty else hits.iloc[0]
+
+
+@dataclass
+class Table:
+    df: pd.DataFrame
+    caption: str
+    label: str
+    notes: list[str]
+    formats: dict[str, str]
+
+
+def load_fit(spec: FitSpec, fit_dir: str | Path, thresholds: Mapping[str, Any]) -> FitResult:
+    d = Path(fit_dir)
+    summary = pd.read_csv(d / "summary.csv")
+    diag = json.loads((d / "diagnostics.json").read_text(encoding="utf-8"))
+    return FitResult(spec, summary, diag, assess(diag, thresholds))
+
+
+def interval(row: pd.Series | None, digits: int = 3) -> str:
+    """``"+m [+lo, +hi]"``; ``"--"`` when the fit has no such coordinate."""
+    if row is None:
+        return "--"
+    f = f"{{:+.{digits}f}}"
+    return f"{f.format(row['mean'])} [{f.format(row['q2.5'])}, {f.format(row['q97.5'])}]"
+
+
+def _failure_notes(results: Sequence[FitResult]) -> list[str]:
+    return [
+        f"Diagnostics FAILED for fit {r.spec.dataset}/{r.spec.variant}: {'; '.join(r.failures)}. "
+        "Its numbers are shown but are not reliable."
+        for r in results
+        if r.failures
+    ]
+
+
+class Builder:
+    """Builds every model-based table from the fits of one configuration."""
+
+    def __init__(self, config: Mapping[str, Any], results: Mapping[tuple[str, str], FitResult]):
+        self.config = config
+        self.conf = config["conformity"]
+        self.plan = fit_plan(config)
+        self.omitted = omitted_fits(config)
+        self.results = dict(results)
+
+    def _res(self, spec: FitSpec) -> FitResult:
+        try:
+            return self.results[(spec.dataset, spec.variant)]
+        except KeyError as exc:
+            raise KeyError(f"fit {spec.dataset}/{spec.variant} is in the plan but was not loaded") from exc
+
+    def name(self, model: str) -> str:
+        return display_name(self.config, model)
+
+    def _generators(self, res: FitResult) -> list[str]:
+        # The configured order; a generator the fit lost (all its ratings were self-ratings) still gets a row.
+        return list(self.conf["generators"])
+
+    def _empty(self, columns: Sequence[str], reason: str) -> pd.DataFrame:
+        row = {c: "" for c in columns}
+        row[columns[0]] = f"not estimated: {reason}"
+        return pd.DataFrame([row], columns=list(columns))
+
+    def _notes(self, results: Sequence[FitResult], extra: Sequence[str] = ()) -> list[str]:
+        from context_effects.tables import run_notes
+
+        return [*extra, *_failure_notes(results), *run_notes(self.config.get("run", {}))]
+
+    # ------------------------------------------------------------------ Table 3
+
+    def table3(self) -> Table:
+        cols = ["Dataset", "Model", *[CONDITION_LABELS[c] for c in TABLE3_CONDITIONS], "Asym_total", "Diagnostics"]
+        rows, used = [], []
+        for spec in specs_for(self.plan, kind="main"):
+            res = self._res(spec)
+            used.append(res)
+            for g in self._generators(res):
+                row = {"Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset), "Model": self.name(g)}
+                for c in TABLE3_CONDITIONS:
+                    row[CONDITION_LABELS[c]] = interval(res.row("total_shift", generator=g, condition=c))
+                row["Asym_total"] = interval(res.row("asym_total", generator=g))
+                row["Diagnostics"] = res.status
+                rows.append(row)
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
+        return Table(
+            df,
+            "Recalibrated total Round 2 condition shifts and harmful-beneficial asymmetry Asym_total (Eq. 5) by "
+            "generator and dataset. Cells report posterior means with 95% credible intervals. Estimates come from "
+            "the pooled per-dataset fits; convergence diagnostics are in Table 9.",
+            "tab:conformity-total-shifts",
+            self._notes(used),
+            {},
+        )
+
+    # ------------------------------------------------------------------ Table 4
+
+    def table4(self) -> Table:
+        cols = ["Dataset", "Panel", "Judge", "gamma_j", "95% CrI", "Pr(gamma_j > 0)", "Fit", "Diagnostics"]
+        rows, used = [], []
+        for spec in specs_for(self.plan, kind="main"):
+            res = self._res(spec)
+            used.append(res)
+            judge_rows = [(j, res.row("gamma", judge=j)) for j in spec.judges]
+            judge_rows.sort(key=lambda jr: math.inf if jr[1] is None else jr[1]["mean"])
+            for j, r in judge_rows:
+                rows.append(self._gamma_row(spec, res, j, r, "open-weight panel"))
+        hosted = specs_for(self.plan, kind="hosted")
+        for spec in hosted:
+            res = self._res(spec)
+            used.append(res)
+            rows.append(self._gamma_row(spec, res, spec.hosted_judge, res.row("gamma", judge=spec.hosted_judge),
+                                        "hosted API judge (own five-judge refit)"))
+        extra = []
+        if hosted:
+            extra.append("Each hosted judge's row comes from its own refit with the open-weight panel plus that "
+                         "judge; it is not the same posterior as the open-weight rows.")
+        elif "hosted" in self.omitted:
+            extra.append(f"No hosted-judge rows: {self.omitted['hosted']}.")
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
+        return Table(
+            df,
+            "Evaluator-side peer-context sensitivity by judge. Each loading gamma_j is identified from blind and "
+            "informed ratings of the same generated answers. gamma_j > 0: the judge shifts toward the "
+            "peer-endorsed position; gamma_j < 0: away from it.",
+            "tab:conformity-gamma",
+            self._notes(used, extra),
+            {"gamma_j": "+.3f", "Pr(gamma_j > 0)": ".2f"},
+        )
+
+    def _gamma_row(self, spec, res, judge, r, panel) -> dict[str, Any]:
+        return {
+            "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+            "Panel": panel,
+            "Judge": self.name(judge),
+            "gamma_j": float("nan") if r is None else float(r["mean"]),
+            "95% CrI": "--" if r is None else f"[{r['q2.5']:+.3f}, {r['q97.5']:+.3f}]",
+            "Pr(gamma_j > 0)": float("nan") if r is None else float(r["pr_gt0"]),
+            "Fit": spec.variant,
+            "Diagnostics": res.status,
+        }
+
+    # ------------------------------------------------------------------ Table 9
+
+    def _fit_label(self, spec: FitSpec) -> str:
+        if spec.kind == "main":
+            return "Total condition shifts (Tables 3, 4)"
+        if spec.kind == "decomposition":
+            return "Decomposition (Tables 10-12)"
+        if spec.kind == "self-excluded":
+            return "Self-ratings excluded (Table 17)"
+        if spec.kind == "theta":
+            return f"Anchor scale theta_a = {spec.theta_anchor:g} (Table 20)"
+        return f"Five-judge panel, + {self.name(spec.hosted_judge)} (Table 4)"
+
+    def table9(self) -> Table:
+        cols = ["Fit", "Dataset", "R-hat", "ESS bulk", "ESS tail", "Divergences", "Chains", "Draws per chain",
+                "Method", "Diagnostics"]
+        order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4}
+        rows, used = [], []
+        for spec in sorted(self.plan, key=lambda s: order[s.kind]):
+            res = self._res(spec)
+            used.append(res)
+            d = res.diag
+            nuts = d.get("method", "nuts") != "svi"
+            rows.append({
+                "Fit": self._fit_label(spec),
+                "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                "R-hat": float(d["max_rhat"]) if nuts else float("nan"),
+                "ESS bulk": float(d["min_ess_bulk"]) if nuts else float("nan"),
+                "ESS tail": float(d["min_ess_tail"]) if nuts else float("nan"),
+                "Divergences": int(d["divergences"]) if nuts and d.get("divergences") is not None else None,
+                "Chains": int(d["chains"]) if nuts else 1,
+                "Draws per chain": int(d["draws_per_chain"]) if nuts else int(d["settings"]["num_draws"]),
+                "Method": "NUTS" if nuts else "SVI",
+                "Diagnostics": res.status,
+            })
+        extra = [f"Not fitted ({kind}): {why}." for kind, why in self.omitted.items()]
+        t = thresholds_of(self.conf["fit"])
+        extra.insert(0, f"R-hat is the maximum split rank-normalised R-hat and ESS the minimum bulk/tail ESS over "
+                        f"every coordinate of the reported blocks (total shifts, decomposition components, gamma, "
+                        f"Asym_total). Thresholds: R-hat <= {t['max_rhat']}, ESS >= {t['min_ess_bulk']:g} (bulk) / "
+                        f"{t['min_ess_tail']:g} (tail), divergences <= {t['max_divergences']}.")
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no fit in this run")
+        return Table(df, "Convergence diagnostics of every measurement-model fit.", "tab:conformity-diagnostics",
+                     self._notes(used, extra), {"R-hat": ".3f", "ESS bulk": ".0f", "ESS tail": ".0f"})
+
+    # ------------------------------------------------------------------ Tables 10-12
+
+    def decomposition_table(self, dataset: str) -> Table:
+        number = DECOMPOSITION_TABLES[dataset]
+        cols = ["Model", "Condition", "Delta_sp", "Delta_content,k(c)", "Delta_pp,c", "Delta_total,c", "Diagnostics"]
+        label = DATASET_LABELS[dataset]
+        specs = specs_for(self.plan, kind="decomposition", dataset=dataset)
+        used, extra = [], []
+        if not specs:
+            reason = (f"{dataset} is not among conformity.datasets" if dataset not in self.conf["datasets"]
+                      else self.omitted.get("decomposition", "no decomposition fit in this run"))
+            df = self._empty(cols, reason)
+        else:
+            res = self._res(specs[0])
+            used.append(res)
+            rows = []
+            for g in self._generators(res):
+                for c in PEER_CONDITIONS:
+                    k = c.replace("peer_", "content_")
+                    rows.append({
+                        "Model": self.name(g),
+                        "Condition": CONDITION_LABELS[c],
+                        "Delta_sp": interval(res.row("delta_sp", generator=g), 2),
+                        "Delta_content,k(c)": interval(res.row("delta_content", generator=g, condition=k), 2),
+                        "Delta_pp,c": interval(res.row("delta_pp", generator=g, condition=c), 2),
+                        "Delta_total,c": interval(res.row("total_shift", generator=g, condition=c), 2),
+                        "Diagnostics": res.status,
+                    })
+            df = pd.DataFrame(rows, columns=cols)
+            extra.append("By construction Delta_total,c = Delta_sp + Delta_content,k(c) + Delta_pp,c (Eq. 4), draw "
+                         "by draw. The decomposition corpus and its fit are separate from the pooled main corpus, "
+                         "so these totals need not equal Table 3.")
+        return Table(
+            df,
+            f"{label} decomposition of the total Round 2 shift into second-pass revision (Delta_sp), content "
+            f"exposure (Delta_content,k) and the peer-presentation residual (Delta_pp,c). Entries are posterior "
+            f"means with 95% credible intervals.",
+            f"tab:conformity-decomposition-{dataset.replace('_', '-')}",
+            self._notes(used, extra),
+            {},
+        )
+
+    # ------------------------------------------------------------------ Table 17
+
+    def table17(self) -> Table:
+        cols = ["Dataset", "Generator", "Main fit", "Self-excluded fit", "Diagnostics"]
+        rows, used, extra = [], [], []
+        selfex = {s.dataset: s for s in specs_for(self.plan, kind="self-excluded")}
+        for spec in specs_for(self.plan, kind="main"):
+            main = self._res(spec)
+            used.append(main)
+            sx = self._res(selfex[spec.dataset]) if spec.dataset in selfex else None
+            if sx is not None:
+                used.append(sx)
+                dropped = sx.diag.get("data", {}).get("n_self_rated_dropped")
+                if dropped is not None:
+                    extra.append(f"{DATASET_LABELS.get(spec.dataset, spec.dataset)}: {dropped} self-family ratings "
+                                 "removed in the self-excluded fit (anchors kept).")
+            for g in self._generators(main):
+                if sx is None:
+                    cell = "not fitted"
+                else:
+                    r = sx.row("asym_total", generator=g)
+                    cell = interval(r) if r is not None else "no ratings left (every judge is of its family)"
+                status = main.status if sx is None else (OK if main.status == OK and sx.status == OK else "FAILED")
+                rows.append({
+                    "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                    "Generator": self.name(g),
+                    "Main fit": interval(main.row("asym_total", generator=g)),
+                    "Self-excluded fit": cell,
+                    "Diagnostics": status,
+                })
+        if not selfex and "self-excluded" in self.omitted:
+            extra.insert(0, f"No self-excluded fit: {self.omitted['self-excluded']}.")
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
+        return Table(
+            df,
+            "Self-preference robustness of the harmful-beneficial contrast Asym_total: the refit removes every "
+            "rating a judge assigned to answers of its own model family, keeping anchors.",
+            "tab:conformity-self-exclusion",
+            self._notes(used, extra),
+            {},
+        )
+
+    # ------------------------------------------------------------------ Table 20
+
+    def table20(self) -> Table:
+        cols = ["Dataset", "Model", "theta_a", "Asym_total", "Fit", "Diagnostics"]
+        f = self.conf["fit"]
+        theta_a = float(f["theta_anchor"])
+        rows, used = [], []
+        theta_specs = specs_for(self.plan, kind="theta")
+        datasets = [d for d in f["theta_anchor_datasets"] if d in self.conf["datasets"]]
+        mains = {s.dataset: s for s in specs_for(self.plan, kind="main")}
+        for ds in datasets:
+            by_theta: dict[float, FitSpec] = {s.theta_anchor: s for s in theta_specs if s.dataset == ds}
+            if ds in mains:
+                by_theta[theta_a] = mains[ds]
+            fits = [(t, self._res(by_theta[t])) for t in sorted(by_theta)]
+            used.extend(r for _, r in fits)
+            for g in self.conf["generators"]:
+                for t, res in fits:
+                    rows.append({
+                        "Dataset": DATASET_LABELS.get(ds, ds),
+                        "Model": self.name(g),
+                        "theta_a": t,
+                        "Asym_total": interval(res.row("asym_total", generator=g), 2),
+                        "Fit": res.spec.variant,
+                        "Diagnostics": res.status,
+                    })
+        extra = []
+        if "theta" in self.omitted:
+            extra.append(f"Only the main fit's anchor scale: {self.omitted['theta']}.")
+        reason = "none of fit.theta_anchor_datasets is among conformity.datasets"
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, reason if mains else
+                                                                       "no main-corpus fit in this run")
+        return Table(
+            df,
+            "Anchor-scale sensitivity of the differential-harm contrast Asym_total as the pinned anchor magnitude "
+            "theta_a varies. Entries are posterior means with 95% credible intervals; the magnitude should rescale "
+            "with theta_a while signs and generator ordering stay.",
+            "tab:conformity-anchor-scale",
+            self._notes(used, extra),
+            {"theta_a": ".1f"},
+        )
+
+    def build(self, number: str) -> Table:
+        number = str(number)
+        if number == "3":
+            return self.table3()
+        if number == "4":
+            return self.table4()
+        if number == "9":
+            return self.table9()
+        if number == "17":
+            return self.table17()
+        if number == "20":
+            return self.table20()
+        for ds, n in DECOMPOSITION_TABLES.items():
+            if str(n) == number:
+                return self.decomposition_table(ds)
+        raise ValueError(f"no model-based table {number!r}; known: {TABLES}")
+
+
+def table_fits(config: Mapping[str, Any], number: str) -> list[FitSpec]:
+    """The fits a table reads (its rule's inputs)."""
+    plan = fit_plan(config)
+    number = str(number)
+    if number == "3":
+        return specs_for(plan, kind="main")
+    if number == "4":
+        return specs_for(plan, kind="main") + specs_for(plan, kind="hosted")
+    if number == "9":
+        return list(plan)
+    if number == "17":
+        return specs_for(plan, kind="main") + specs_for(plan, kind="self-excluded")
+    if number == "20":
+        ds = set(config["conformity"]["fit"]["theta_anchor_datasets"])
+        return [s for s in specs_for(plan, kind="main") + specs_for(plan, kind="theta") if s.dataset in ds]
+    for dataset, n in DECOMPOSITION_TABLES.items():
+        if str(n) == number:
+            return specs_for(plan, kind="decomposition", dataset=dataset)
+    raise ValueError(f"no model-based table {number!r}; known: {TABLES}")
+
+
+def write_model_table(config: Mapping[str, Any], number: str, fit_dirs: Mapping[tuple[str, str], str],
+                      csv_path: str | Path, tex_path: str | Path) -> Table:
+    """Load the fits ``number`` needs from ``fit_dirs`` and write the table."""
+    from context_effects.tables import write_table
+
+    thresholds = thresholds_of(config["conformity"]["fit"])
+    results = {}
+    for spec in table_fits(config, number):
+        results[(spec.dataset, spec.variant)] = load_fit(spec, fit_dirs[(spec.dataset, spec.variant)], thresholds)
+    table = Builder(config, results).build(number)
+    write_table(table.df, csv_path, tex_path, table.caption, table.label, table.formats, table.notes)
+    return table

@@ -1,0 +1,32 @@
+"""Fit the measurement model for one (dataset, variant): draws, summary, diagnostics, per-answer θ."""
+
+import os
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
+
+from context_effects.jobs import bound_threads, setup_job_logging
+
+settings = dict(snakemake.params.settings)
+parallel = settings["method"] == "nuts" and settings["chain_method"] == "parallel" and settings["chains"] > 1
+# JAX fixes its host devices when it starts: one device per chain lets numpyro run the
+# chains in parallel (chain_method="parallel"), one core each (the rule's threads).
+if parallel:
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={settings['chains']}".strip()
+bound_threads(snakemake.threads)
+log = setup_job_logging(snakemake.log[0])
+
+from context_effects.measurement.pipeline import FitSpec, run_fit  # noqa: E402 (after XLA_FLAGS)
+
+spec_d = dict(snakemake.params.spec)
+spec = FitSpec(**{**spec_d, "judges": tuple(spec_d["judges"])})
+run_fit(
+    snakemake.input.ratings,
+    spec,
+    settings,
+    dict(snakemake.params.families),
+    os.path.dirname(snakemake.output.summary),
+    chain_method="parallel" if parallel else "sequential",
+    log=log,
+)

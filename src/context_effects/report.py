@@ -19,25 +19,35 @@ from context_effects.tables import run_notes
 
 MAX_ROWS = 40
 _CAPTION = re.compile(r"\\caption\{(.*)\}")
+_NOTE = re.compile(r"\\par\\smallskip\{\\footnotesize (.*)\}")
 _LATEX_UNESCAPE = [(r"\textbackslash{}", "\\"), (r"\textbar{}", "|"), (r"\textless{}", "<"),
                    (r"\textgreater{}", ">"), (r"\textasciitilde{}", "~"), (r"\textasciicircum{}", "^")]
 
 
-def _caption(csv_path: Path) -> str:
-    tex = csv_path.with_suffix(".tex")
-    if not tex.exists():
-        return ""
-    m = _CAPTION.search(tex.read_text())
-    if not m:
-        return ""
-    text = m.group(1)
+def _plain(text: str) -> str:
     for a, b in _LATEX_UNESCAPE:
         text = text.replace(a, b)
     return re.sub(r"\\([&%$#_{}])", r"\1", text)
 
 
+def _tex(csv_path: Path) -> str:
+    tex = csv_path.with_suffix(".tex")
+    return tex.read_text() if tex.exists() else ""
+
+
+def _caption(csv_path: Path) -> str:
+    m = _CAPTION.search(_tex(csv_path))
+    return _plain(m.group(1)) if m else ""
+
+
+def _notes(csv_path: Path) -> list[str]:
+    """The table's notes (caveats, failed-diagnostics reasons) from its LaTeX twin."""
+    return [_plain(n) for n in _NOTE.findall(_tex(csv_path))]
+
+
 def _markdown(df: pd.DataFrame) -> str:
-    shown = df.head(MAX_ROWS)
+    shown = df.head(MAX_ROWS).astype(object)
+    shown = shown.where(shown.notna(), "")
     body = shown.to_markdown(index=False, floatfmt=".3f")
     if len(df) > MAX_ROWS:
         body += f"\n\n({len(df) - MAX_ROWS} more rows in the CSV)"
@@ -45,13 +55,21 @@ def _markdown(df: pd.DataFrame) -> str:
 
 
 def failed_diagnostics(tables: dict[Path, pd.DataFrame]) -> pd.DataFrame:
-    """Rows of any table whose ``diagnostics_ok`` column is false."""
+    """Fits that failed their sampler diagnostics, from the diagnostics table(s).
+
+    A diagnostics table has an ``R-hat`` column and a ``Diagnostics`` status
+    (``FAILED``) or a boolean ``diagnostics_ok``; the result tables that merely
+    repeat the status are not listed twice.
+    """
     rows = []
     for path, df in tables.items():
         if "diagnostics_ok" in df.columns:
-            bad = df[~df["diagnostics_ok"].astype(bool)]
-            for rec in bad.to_dict("records"):
-                rows.append({"table": path.name, **{k: v for k, v in rec.items() if k != "diagnostics_ok"}})
+            bad = df[~df["diagnostics_ok"].astype(bool)].drop(columns="diagnostics_ok")
+        elif "R-hat" in df.columns and "Diagnostics" in df.columns:
+            bad = df[df["Diagnostics"].astype(str).str.startswith("FAILED")]
+        else:
+            continue
+        rows += [{"table": path.name, **rec} for rec in bad.to_dict("records")]
     return pd.DataFrame(rows)
 
 
@@ -81,6 +99,9 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
     bad = failed_diagnostics(tables)
     lines += ["## Fits failing sampler diagnostics", ""]
     lines += [_markdown(bad) if len(bad) else "None: every fit met the configured thresholds (or no fit ran).", ""]
+    for table in dict.fromkeys(bad["table"]) if len(bad) else ():
+        path = next(p for p in tables if p.name == table)
+        lines += [f"> {note}" for note in _notes(path) if "FAILED" in note or "threshold" in note] + [""]
 
     lines += ["## Tables", ""]
     for p, df in tables.items():
@@ -88,6 +109,7 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
             continue
         rel = p.relative_to(base) if p.is_relative_to(base) else p
         lines += [f"### `{rel}`", "", _caption(p), "", _markdown(df), ""]
+        lines += [f"*{note}*" for note in _notes(p) if note not in run_notes(run)] + [""]
     lines += ["## Figures", ""]
     lines += [f"- `{Path(f).relative_to(base) if Path(f).is_relative_to(base) else f}`" for f in figure_paths]
     return "\n".join(lines) + "\n"

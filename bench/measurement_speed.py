@@ -7,8 +7,12 @@
     (b) the fastest implementation: dense answer × judge layout, stable ordinal log-prob with
         a hand-written derivative, dense mass block over the global sites, float32
         (and (b64), the same in float64, the paper's precision).
+    (m) = (b) with the answer deviations ε integrated out by adaptive Gauss–Hermite
+        quadrature (ModelOptions.marginal; m64 in float64).
     Reported: min and median bulk ESS over γ and η, wall time (compile + warm-up + sampling),
-    ESS per second, leapfrog steps per draw, peak RSS; the ratio (b)/(a).
+    ESS per second, leapfrog steps per draw, peak RSS; the ratios to (a); and, for the pairs
+    b/m, b64/m64, a/m, a/m64, whether the posterior means and SDs of η, γ, α, β, κ, σ agree
+    within Monte Carlo error (z = difference / combined MCSE).
 (2) Full scale (500 items: 116,000 ratings, 18,034 sampled dimensions): the gradient's cost
     timed directly, and a short NUTS run (few warm-up iterations) for per-step cost and
     steps per draw; extrapolated to the paper's 4 × (1,500 + 1,500). The short run's steps
@@ -19,7 +23,7 @@ Each configuration runs in its own process (fresh JAX, own peak memory, own prec
 Usage::
 
     .venv/bin/python bench/measurement_speed.py [--warmup 400 --samples 400] [--full-warmup 20]
-        [--threads 1] [--skip-full] [--variants a,b,b64,b_diag] [--cache DIR]
+        [--threads 1] [--skip-full] [--variants a,b,m,b64,m64,b_diag] [--cache DIR]
     .venv/bin/python bench/measurement_speed.py --svi-check [--warmup 500 --samples 500]
 
 Short runs understate the dense block: its covariance is estimated from the last warm-up
@@ -45,12 +49,16 @@ VARIANTS = {
     "b": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float32"},
     "b64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64"},
     "b_diag": {"layout": "grid", "ordinal": "stable", "dense_globals": False, "precision": "float32"},
+    "m": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float32", "marginal": True},
+    "m64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64", "marginal": True},
 }
 LABELS = {
     "a": "(a) straightforward: long gathers, builtin OrderedLogistic, diag mass, f64",
     "b": "(b) fastest: grid, stable log-prob, dense global block, f32",
     "b64": "(b64) = (b) in float64",
     "b_diag": "(b_diag) = (b) with a plain diagonal mass matrix (isolates the dense block)",
+    "m": "(m) = (b) with the answer deviations eps integrated out by adaptive Gauss-Hermite quadrature (9 nodes), f32",
+    "m64": "(m64) = (m) in float64",
 }
 
 
@@ -79,14 +87,18 @@ def worker(spec: dict) -> dict:
         "variant": spec["variant"],
         "items": spec["items"],
         "ratings": data.n_ratings,
-        "dims": 2 + 3 * data.n_judges + data.n_cells + data.n_categories - 1 + data.n_trials + data.n_answers,
+        "dims": 2 + 3 * data.n_judges + data.n_cells + data.n_categories - 1 + data.n_trials
+        + (0 if VARIANTS[spec["variant"]].get("marginal") else data.n_answers),
     }
 
     # Cost of one log-density gradient, timed directly (the per-leapfrog floor).
     dtype = set_precision(v["precision"])
-    opts = ModelOptions(layout=v["layout"], ordinal=v["ordinal"])
+    quad = {"marginal": True, "quadrature_nodes": spec.get("nodes", 24)} if v.get("marginal") else {}
+    opts = ModelOptions(layout=v["layout"], ordinal=v["ordinal"], **quad)
     arrays = model_arrays(data, opts, dtype)
     params = {k: jax.numpy.asarray(x, dtype) for k, x in truth.as_params(data).items()}
+    if opts.marginal:
+        del params["eps"]
     grad = jax.jit(jax.value_and_grad(lambda p, a: log_likelihood(p, a, opts)))
     jax.block_until_ready(grad(params, arrays))
     best = float("inf")
@@ -131,6 +143,7 @@ def worker(spec: dict) -> dict:
         precision=v["precision"],
         compilation_cache=spec["cache"],
         keep_locals=False,
+        **quad,
     )
     diag = diagnostics(fit, blocks=("eta", "gamma"))
     blocks = fit_blocks(fit)
@@ -161,7 +174,49 @@ def worker(spec: dict) -> dict:
     )
     if spec.get("intervals"):
         out["intervals"] = _intervals(fit, truth, data)
+    out["posterior"] = _posterior(blocks)
     return out
+
+
+POSTERIOR_BLOCKS = ("eta", "gamma", "alpha", "beta", "kappa", "sigma_b", "sigma_theta")
+
+
+def _posterior(blocks) -> dict:
+    """Per block: posterior means and SDs with their Monte Carlo standard errors."""
+    import arviz as az
+
+    out = {}
+    for name in POSTERIOR_BLOCKS:
+        ds = az.convert_to_dataset({"x": blocks[name].draws})
+        out[name] = {
+            "mean": ds["x"].mean(("chain", "draw")).values.tolist(),
+            "sd": ds["x"].std(("chain", "draw")).values.tolist(),
+            "mcse_mean": az.mcse(ds, method="mean")["x"].values.tolist(),
+            "mcse_sd": az.mcse(ds, method="sd")["x"].values.tolist(),
+        }
+    return out
+
+
+def posterior_agreement(r1: dict, r2: dict) -> None:
+    """z = (difference of posterior means or SDs) / sqrt(MCSE1² + MCSE2²), per block: two
+    samplers of the same posterior give |z| mostly < 2 (a normal spread); a wrong
+    likelihood shows as |z| in the tens on the shifted coordinates."""
+    import numpy as np
+
+    print(
+        f"{'block':12s} {'n':>3s} {'max|z| mean':>12s} {'max|z| sd':>10s} {'max|Δmean|/sd':>14s} "
+        f"{'SD ratio range':>16s}"
+    )
+    for name in POSTERIOR_BLOCKS:
+        a, b = r1["posterior"][name], r2["posterior"][name]
+        zm = (np.subtract(a["mean"], b["mean"])) / np.hypot(a["mcse_mean"], b["mcse_mean"])
+        zs = (np.subtract(a["sd"], b["sd"])) / np.hypot(a["mcse_sd"], b["mcse_sd"])
+        rel = np.abs(np.subtract(a["mean"], b["mean"])) / np.asarray(a["sd"])
+        ratio = np.asarray(b["sd"]) / np.asarray(a["sd"])
+        print(
+            f"{name:12s} {len(zm):3d} {np.max(np.abs(zm)):12.2f} {np.max(np.abs(zs)):10.2f} {np.max(rel):14.3f} "
+            f"{ratio.min():7.3f}-{ratio.max():.3f}"
+        )
 
 
 INTERVAL_BLOCKS = ("eta", "gamma", "alpha", "beta", "kappa", "sigma_b", "sigma_theta")
@@ -327,6 +382,11 @@ def main() -> None:
                     f"eta(median) x{ratio('ess_eta_med'):.1f}; sampling-phase ESS/s eta(min) "
                     f"x{(r['ess_eta_min'] / r['sampling_s']) / max(base['ess_eta_min'] / base['sampling_s'], 1e-12):.1f}"
                 )
+    pairs = [(x, y) for x, y in (("b", "m"), ("b64", "m64"), ("a", "m"), ("a", "m64")) if x in rows and y in rows]
+    for x, y in pairs:
+        if "posterior" in rows[x] and "posterior" in rows[y]:
+            print(f"\n# posterior agreement {y} vs {x} (same data; z = difference / combined Monte Carlo SE)")
+            posterior_agreement(rows[x], rows[y])
     if args.skip_full:
         return
 

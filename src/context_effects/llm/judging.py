@@ -19,25 +19,50 @@ from context_effects.llm.types import LLMRequest
 
 RATING_MIN, RATING_MAX = 1, 5
 
-RATING_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {"rating": {"type": "integer", "minimum": RATING_MIN, "maximum": RATING_MAX}},
-    "required": ["rating"],
-    "additionalProperties": False,
-}
 
-# Rejection reasons (stable strings: they are aggregated in reports).
+def integer_reply_schema(field: str, lo: int, hi: int) -> dict[str, Any]:
+    """JSON schema of a judge reply that is one object ``{field: <integer lo-hi>}``.
+
+    Closed (no other keys), so structured-output engines (vLLM, OpenAI strict mode)
+    emit exactly that object instead of running on into extra keys.
+    """
+    return {
+        "type": "object",
+        "properties": {field: {"type": "integer", "minimum": lo, "maximum": hi}},
+        "required": [field],
+        "additionalProperties": False,
+    }
+
+
+RATING_SCHEMA: dict[str, Any] = integer_reply_schema("rating", RATING_MIN, RATING_MAX)
+
+# Rejection reasons (stable strings: they are aggregated in reports). The ones that
+# name the field are built by ``field_reasons`` (e.g. "missing_score" for Study H).
 EMPTY = "empty_reply"
 NO_JSON = "no_json_object"
 TRUNCATED = "truncated_json"
 INVALID_JSON = "invalid_json"
 MULTIPLE = "multiple_json_objects"
-CONFLICTING = "conflicting_ratings"
-MISSING = "missing_rating"
-STRING = "rating_is_string"
-NOT_INTEGER = "rating_not_integer"
-NOT_NUMBER = "rating_not_a_number"
-OUT_OF_RANGE = "rating_out_of_range"
+
+
+def field_reasons(field: str) -> dict[str, str]:
+    return {
+        "conflicting": f"conflicting_{field}s",
+        "missing": f"missing_{field}",
+        "string": f"{field}_is_string",
+        "not_integer": f"{field}_not_integer",
+        "not_number": f"{field}_not_a_number",
+        "out_of_range": f"{field}_out_of_range",
+    }
+
+
+_RATING = field_reasons("rating")
+CONFLICTING = _RATING["conflicting"]
+MISSING = _RATING["missing"]
+STRING = _RATING["string"]
+NOT_INTEGER = _RATING["not_integer"]
+NOT_NUMBER = _RATING["not_number"]
+OUT_OF_RANGE = _RATING["out_of_range"]
 
 REASONS = (
     EMPTY,
@@ -92,27 +117,31 @@ def _reject_constants(token: str) -> None:
     raise ValueError(f"non-JSON constant {token}")
 
 
-class _DuplicateRating(ValueError):
+class _DuplicateField(ValueError):
     pass
 
 
-def _no_dup_rating(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # json.loads would silently keep the last of {"rating": 2, "rating": 5}.
-    seen = [v for k, v in pairs if k == "rating"]
-    if len(seen) > 1 and any(json.dumps(v) != json.dumps(seen[0]) for v in seen):
-        raise _DuplicateRating
-    return dict(pairs)
+def _no_dup(field: str):
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        # json.loads would silently keep the last of {"rating": 2, "rating": 5}.
+        seen = [v for k, v in pairs if k == field]
+        if len(seen) > 1 and any(json.dumps(v) != json.dumps(seen[0]) for v in seen):
+            raise _DuplicateField
+        return dict(pairs)
+
+    return hook
 
 
-def parse_rating(text: str | None) -> tuple[int | None, str | None]:
-    """``(rating, None)`` for a valid reply, else ``(None, reason)``.
+def parse_integer_reply(text: str | None, field: str, lo: int, hi: int) -> tuple[int | None, str | None]:
+    """``(value, None)`` for a valid reply ``{field: <integer lo-hi>}``, else ``(None, reason)``.
 
-    Accepted: one JSON object (extra keys allowed) whose ``rating`` is an
-    integer 1–5, optionally inside a code fence or surrounded by prose. A
-    number with zero fraction (``4.0``) counts as an integer, as in JSON
-    Schema; ``4.5``, ``"4"``, ``true`` and ``null`` do not. Repeating the
-    same object is tolerated; two objects that differ are not.
+    Accepted: one JSON object (extra keys allowed) whose ``field`` is an integer
+    in range, optionally inside a code fence or surrounded by prose. A number with
+    zero fraction (``4.0``) counts as an integer, as in JSON Schema; ``4.5``,
+    ``"4"``, ``true`` and ``null`` do not. Repeating the same object is
+    tolerated; two objects that differ are not.
     """
+    reasons = field_reasons(field)
     if text is None or not text.strip():
         return None, EMPTY
     spans, unclosed = _brace_spans(text)
@@ -122,56 +151,65 @@ def parse_rating(text: str | None) -> tuple[int | None, str | None]:
     if not spans:
         return None, NO_JSON
     objects: list[Any] = []
-    broken_rating = False
+    broken = False
     for span in spans:
         try:
-            objects.append(json.loads(span, parse_constant=_reject_constants, object_pairs_hook=_no_dup_rating))
-        except _DuplicateRating:
-            return None, CONFLICTING
+            objects.append(json.loads(span, parse_constant=_reject_constants, object_pairs_hook=_no_dup(field)))
+        except _DuplicateField:
+            return None, reasons["conflicting"]
         except ValueError:
-            # Braces in prose are fine to skip, but a broken object that talks
-            # about a rating might be the judge's real (conflicting) answer.
-            broken_rating = broken_rating or "rating" in span
-    if not objects or broken_rating:
+            # Braces in prose are fine to skip, but a broken object that names the
+            # field might be the judge's real (conflicting) answer.
+            broken = broken or field in span
+    if not objects or broken:
         return None, INVALID_JSON
-    objects = [o for o in objects if isinstance(o, dict)]
     distinct: list[dict[str, Any]] = []
     for o in objects:
         if o not in distinct:
             distinct.append(o)
     if len(distinct) > 1:
-        ratings = {json.dumps(o.get("rating")) for o in distinct if "rating" in o}
-        return None, CONFLICTING if len(ratings) > 1 else MULTIPLE
+        values = {json.dumps(o.get(field)) for o in distinct if field in o}
+        return None, reasons["conflicting"] if len(values) > 1 else MULTIPLE
     obj = distinct[0]
-    if "rating" not in obj:
-        return None, MISSING
-    value = obj["rating"]
+    if field not in obj:
+        return None, reasons["missing"]
+    value = obj[field]
     if isinstance(value, str):
-        return None, STRING
+        return None, reasons["string"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, NOT_NUMBER
+        return None, reasons["not_number"]
     if isinstance(value, float):
         if not math.isfinite(value) or not value.is_integer():
-            return None, NOT_INTEGER
+            return None, reasons["not_integer"]
         value = int(value)
-    if not RATING_MIN <= value <= RATING_MAX:
-        return None, OUT_OF_RANGE
+    if not lo <= value <= hi:
+        return None, reasons["out_of_range"]
     return int(value), None
 
 
-REMINDER = 'Reply with exactly one JSON object and nothing else: {"rating": <integer 1-5>}.'
+def parse_rating(text: str | None) -> tuple[int | None, str | None]:
+    """Study C's judge reply ``{"rating": <integer 1-5>}`` (seed 002 App. B); see ``parse_integer_reply``."""
+    return parse_integer_reply(text, "rating", RATING_MIN, RATING_MAX)
 
 
-def reask_with_reminder(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
-    """Re-ask hook for ``run_requests``: new attempt number plus a corrective reminder.
+def reminder_reask(reminder: str):
+    """A re-ask hook for ``run_requests``: new attempt number plus ``reminder`` on the last turn.
 
     With greedy decoding a re-ask that differs only in ``attempt`` gets the
     same bad reply back from a deterministic engine; the reminder changes the
     prompt so the retry has a chance. The reason goes to ``meta`` (not the key).
     """
-    messages = list(req.messages)
-    role, content = messages[-1]
-    if REMINDER not in content:
-        messages[-1] = (role, f"{content}\n\n{REMINDER}")
-    meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}
-    return dataclasses.replace(req, messages=tuple(messages), attempt=attempt, meta=meta)
+
+    def reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
+        messages = list(req.messages)
+        role, content = messages[-1]
+        if reminder not in content:
+            messages[-1] = (role, f"{content}\n\n{reminder}")
+        meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}
+        return dataclasses.replace(req, messages=tuple(messages), attempt=attempt, meta=meta)
+
+    return reask
+
+
+REMINDER = 'Reply with exactly one JSON object and nothing else: {"rating": <integer 1-5>}.'
+reask_with_reminder = reminder_reask(REMINDER)

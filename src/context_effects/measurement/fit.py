@@ -27,6 +27,7 @@ from context_effects.measurement.model import (
     ModelOptions,
     global_sites,
     increment_matrix,
+    local_sites,
     make_model,
     model_arrays,
 )
@@ -143,6 +144,8 @@ def fit_nuts(
     layout: str = "grid",
     ordinal: str = "stable",
     shift_prior: str = "cell",
+    marginal: bool = False,
+    quadrature_nodes: int = 9,
     keep_locals: bool = True,
     compilation_cache: bool | str | os.PathLike = True,
     init_strategy=None,
@@ -156,6 +159,9 @@ def fit_nuts(
         parallel chains gave no gain) or "parallel", which needs as many JAX devices as
         chains (XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts) and
         falls back to sequential otherwise.
+    marginal: integrate the answer deviations ε out by adaptive Gauss–Hermite quadrature with
+        ``quadrature_nodes`` nodes (ModelOptions.marginal); per-answer θ then comes from
+        the node weights in ``answer_quality``.
     keep_locals: keep draws of z_b and ε (needed for per-answer θ); False saves memory.
     Warm-up and sampling run as two calls so each is timed (the compile falls in the first;
     the second compiles again only when warmup != samples). The warm-up draws are collected
@@ -166,7 +172,7 @@ def fit_nuts(
 
     dtype, options, model, arrays = _prepare(
         data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
-        shift_prior=shift_prior,
+        shift_prior=shift_prior, marginal=marginal, quadrature_nodes=quadrature_nodes,
     )
     effective_method = chain_method
     if chains > 1 and chain_method == "parallel" and jax.local_device_count() < chains:
@@ -187,7 +193,7 @@ def fit_nuts(
         progress_bar=progress_bar,
         jit_model_args=True,
     )
-    drop_locals = tuple(f"~z.{s}" for s in LOCAL_SITES)
+    drop_locals = tuple(f"~z.{s}" for s in local_sites(options))
     # Both phases collect the same fields so that, when warmup == samples (the paper's
     # 1,500 + 1,500), numpyro reuses the compiled loop instead of compiling a second one.
     fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + (() if keep_locals else drop_locals)
@@ -220,6 +226,8 @@ def fit_nuts(
             "layout": layout,
             "ordinal": ordinal,
             "shift_prior": shift_prior,
+            "marginal": marginal,
+            "quadrature_nodes": quadrature_nodes if marginal else None,
             "theta_anchor": theta_anchor,
             "jax_version": jax.__version__,
         },
@@ -408,9 +416,40 @@ def fit_blocks(fit: Fit) -> dict[str, Block]:
     return derived_blocks(fit.samples, fit.data)
 
 
-def answer_quality(fit: Fit, chunk: int = 250) -> pd.DataFrame:
-    """Posterior mean and SD of θ per answer (anchors: their pinned value, SD 0)."""
+def _marginal_theta_moments(fit: Fit, chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Means over draws of E[θ | y, draw] and E[θ² | y, draw] (quadrature node weights)."""
+    from context_effects.measurement.model import theta_moments
+
     s, data = fit.samples, fit.data
+    keys = [k for k in (*global_sites(fit.options), "z_b") if k in s]
+    flat = {k: np.asarray(s[k]).reshape((-1,) + np.shape(s[k])[2:]) for k in keys}
+    dtype = jax.numpy.float64 if jax.config.jax_enable_x64 else jax.numpy.float32
+    arrays = model_arrays(data, fit.options, dtype)
+    # one draw at a time inside the compiled loop: a draw's node grid is answers × K × judges
+    fn = jax.jit(lambda ps: jax.lax.map(lambda p: theta_moments(p, arrays, fit.options), ps))
+    n = next(iter(flat.values())).shape[0]
+    total = np.zeros(data.n_answers)
+    total2 = np.zeros(data.n_answers)
+    for lo in range(0, n, chunk):
+        m1, m2 = fn({k: jax.numpy.asarray(v[lo : lo + chunk], dtype) for k, v in flat.items()})
+        total += np.asarray(m1, np.float64).sum(0)
+        total2 += np.asarray(m2, np.float64).sum(0)
+    return total / n, total2 / n
+
+
+def answer_quality(fit: Fit, chunk: int = 250) -> pd.DataFrame:
+    """Posterior mean and SD of θ per answer (anchors: their pinned value, SD 0).
+
+    With ε integrated out (``options.marginal``) the moments are Rao–Blackwellised: per draw,
+    E[θ_i | y, draw] and E[θ_i² | y, draw] from the quadrature node weights, averaged over
+    draws (law of total variance for the SD)."""
+    s, data = fit.samples, fit.data
+    if fit.options.marginal:
+        if "z_b" not in s:
+            raise ValueError("the fit was run with keep_locals=False: no trial-baseline draws for θ")
+        mean, second = _marginal_theta_moments(fit, chunk=chunk)
+        sd = np.sqrt(np.maximum(second - mean**2, 0.0))
+        return _quality_frame(fit, mean, sd)
     if "eps" not in s:
         raise ValueError("the fit was run with keep_locals=False: no per-answer draws")
     flat = {k: np.asarray(v).reshape((-1,) + np.shape(v)[2:]) for k, v in s.items()}
@@ -430,6 +469,11 @@ def answer_quality(fit: Fit, chunk: int = 250) -> pd.DataFrame:
         total2 += (th**2).sum(0)
     mean = total / n
     sd = np.sqrt(np.maximum(total2 / n - mean**2, 0.0))
+    return _quality_frame(fit, mean, sd)
+
+
+def _quality_frame(fit: Fit, mean: np.ndarray, sd: np.ndarray) -> pd.DataFrame:
+    data = fit.data
     theta_a = fit.options.theta_anchor
     return pd.DataFrame(
         {

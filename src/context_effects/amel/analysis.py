@@ -40,6 +40,23 @@ def _scopes(df: pd.DataFrame, by: Iterable[str]) -> Iterable[tuple[str, str, pd.
             yield col, str(value), part
 
 
+def _welch_row(scope: str, group: str, w: dict[str, Any], **labels: Any) -> dict[str, Any]:
+    """A difference row (Welch t between two groups of bias scores), in the effect rows' columns."""
+    return {
+        "scope": scope,
+        "group": group,
+        **labels,
+        "n": w["n_a"] + w["n_b"],
+        "mean_bs": w["diff"],
+        "ci_low": np.nan,
+        "ci_high": np.nan,
+        "d": w["d"],
+        "t": w["t"],
+        "p": w["p"],
+        "test": "Welch t",
+    }
+
+
 def _effect_row(scope: str, group: str, values: Any, **extra: Any) -> dict[str, Any]:
     s = stats.one_sample(values)
     return {
@@ -79,21 +96,7 @@ def entropy_table(bs: pd.DataFrame) -> pd.DataFrame:
             sel = part.loc[part["stratum"] == stratum, "bs"]
             rows.append({**_effect_row(scope, group, sel, stratum=stratum), "test": "one-sample t"})
         w = stats.welch(part.loc[part["stratum"] == "uncertain", "bs"], part.loc[part["stratum"] == "deterministic", "bs"])
-        rows.append(
-            {
-                "scope": scope,
-                "group": group,
-                "stratum": "uncertain - deterministic",
-                "n": w["n_a"] + w["n_b"],
-                "mean_bs": w["diff"],
-                "ci_low": np.nan,
-                "ci_high": np.nan,
-                "d": w["d"],
-                "t": w["t"],
-                "p": w["p"],
-                "test": "Welch t",
-            }
-        )
+        rows.append(_welch_row(scope, group, w, stratum="uncertain - deterministic"))
     return pd.DataFrame(rows)
 
 
@@ -237,22 +240,7 @@ def congruence_table(bs: pd.DataFrame) -> pd.DataFrame:
                 )
             flag = part[col].astype(bool)
             w = stats.welch(part.loc[flag, "bs"], part.loc[~flag, "bs"])
-            rows.append(
-                {
-                    "scope": scope,
-                    "group": group,
-                    "basis": basis,
-                    "items": "congruent - incongruent",
-                    "n": w["n_a"] + w["n_b"],
-                    "mean_bs": w["diff"],
-                    "ci_low": np.nan,
-                    "ci_high": np.nan,
-                    "d": w["d"],
-                    "t": w["t"],
-                    "p": w["p"],
-                    "test": "Welch t",
-                }
-            )
+            rows.append(_welch_row(scope, group, w, basis=basis, items="congruent - incongruent"))
     return pd.DataFrame(rows)
 
 

@@ -154,7 +154,9 @@ def test_slurm_profile_gpu_tags_on_local_model_rules(workdir):
         targets.append(f"results/responses/smoke/gen/{model}/0000.parquet")
     calls = _submit(
         workdir, REPO / "config" / "config.yaml", n_expected=3, extra=tuple(targets),
-        env_extra={"OPENAI_API_KEY": "sk-test-not-a-real-key"},
+        # Every hosted model of the paper config needs its key before any job starts.
+        env_extra={"OPENAI_API_KEY": "sk-test-not-a-real-key", "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key",
+                   "GEMINI_API_KEY": "gm-test-not-a-real-key"},
     )
     lines = [" ".join(c) for c in calls]
     gpu_lines = [l for l in lines if "rule_answer_requests_vllm" in l]
@@ -169,4 +171,4 @@ def test_slurm_profile_gpu_tags_on_local_model_rules(workdir):
     api = shlex.split(api_lines[0])
     assert api[api.index("-p") + 1] == "cpu" and not any(a.startswith("--gpus") for a in api)
     # The key is in the environment of the run, never on a command line.
-    assert "sk-test-not-a-real-key" not in "\n".join(lines)
+    assert not any(k in "\n".join(lines) for k in ("sk-test-not-a-real-key", "sk-ant-test", "gm-test"))

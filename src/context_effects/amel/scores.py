@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from context_effects.llm.store import request_from_json
+from context_effects.llm.shards import read_response_shard
 
 PROB_COLUMNS = (
     "model",
@@ -109,10 +109,10 @@ def probabilities(response_paths: Sequence[str | Path]) -> pd.DataFrame:
     """One row per model x item x cell with P(Yes) and how it was measured."""
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
     for path in response_paths:
-        cols = ["request_json", "text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"]
-        table = pd.read_parquet(path, columns=cols)
-        for blob, text, ok, probes, top, tokens_in in table.itertuples(index=False):
-            meta = request_from_json(blob).meta
+        requests, table = read_response_shard(path, ["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"])
+        rows = table[["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"]].itertuples(index=False)
+        for req, (text, ok, probes, top, tokens_in) in zip(requests, rows):
+            meta = req.meta
             key = (meta["model"], meta["item_id"], meta["cell"])
             g = groups.get(key)
             if g is None:

@@ -51,7 +51,7 @@ from scipy import stats
 
 from context_effects.anchoring.judging import parse_score
 from context_effects.anchoring.prompts import CONDITIONS, verdict
-from context_effects.llm.store import request_from_json
+from context_effects.llm.shards import read_response_shard
 from context_effects.llm.types import LLMRequest
 
 TIE_TOL = 1e-9
@@ -75,12 +75,12 @@ JUDGMENT_COLUMNS = (
 
 def read_responses(path: str | Path) -> tuple[list[LLMRequest], pd.DataFrame]:
     """The requests of an answered Study H shard and its response rows."""
-    table = pd.read_parquet(path)
+    requests, table = read_response_shard(path)
     needed = {"request_json", "text", "ok", "error", "invalid_reason", "attempt", "timestamp"}
     missing = needed - set(table.columns)
     if missing:
         raise ValueError(f"{path}: not a response shard (missing column(s) {sorted(missing)})")
-    return [request_from_json(b) for b in table["request_json"]], table
+    return requests, table
 
 
 def judgments_frame(requests: Sequence[LLMRequest], rows: pd.DataFrame) -> pd.DataFrame:

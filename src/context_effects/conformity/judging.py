@@ -21,10 +21,9 @@ import pandas as pd
 
 from context_effects.conformity.conditions import ANCHOR_CONDITIONS, D_BY_CONDITION
 from context_effects.conformity.requests import ANCHOR_CORPUS, judge_requests
-from context_effects.conformity.stages import read_responses
 from context_effects.datasets import read_items
 from context_effects.llm.judging import parse_rating
-from context_effects.llm.shards import write_request_shard
+from context_effects.llm.shards import read_response_shard, write_request_shard
 
 #: Blind and informed requests per trial: main = Round 1, no-peer and three peer
 #: arms per authority variant (informed: the peer arms); decomposition = Round 1,
@@ -123,8 +122,7 @@ def ratings_frame(response_paths: Sequence[str | Path], hosted_judges: Sequence[
     hosted_judges = set(hosted_judges)
     rows = []
     for path in response_paths:
-        table = pd.read_parquet(path, columns=["request_json", "text", "ok", "error", "invalid_reason", "attempt"])
-        requests, _ = read_responses(path)
+        requests, table = read_response_shard(path, ["text", "ok", "error", "invalid_reason", "attempt"])
         for req, text, ok, error, invalid, attempt in zip(
             requests, table["text"], table["ok"], table["error"], table["invalid_reason"], table["attempt"]
         ):

@@ -23,8 +23,7 @@ from context_effects.conformity.requests import (
     round2_requests,
 )
 from context_effects.datasets import read_items
-from context_effects.llm.shards import generation_reask, write_request_shard
-from context_effects.llm.store import request_from_json
+from context_effects.llm.shards import generation_reask, read_response_shard, write_request_shard
 
 #: A trial yields at most 8 answers (Round 1, no-peer, 3 content or 6 peer arms).
 ANSWERS_PER_TRIAL = 8
@@ -78,10 +77,12 @@ def write_round1_shard(
 
 def read_responses(responses_path: str | Path) -> tuple[list, list[str | None]]:
     """The requests of a response shard and their texts (None where the call never succeeded)."""
-    table = pd.read_parquet(responses_path, columns=["request_json", "text", "ok"])
-    requests = [request_from_json(b) for b in table["request_json"]]
-    texts = [t if ok else None for t, ok in zip(table["text"], table["ok"])]
-    return requests, texts
+    requests, table = read_response_shard(responses_path, ["text", "ok"])
+    return requests, _texts(table)
+
+
+def _texts(table: pd.DataFrame) -> list[str | None]:
+    return [t if ok else None for t, ok in zip(table["text"], table["ok"])]
 
 
 def realised_answers(responses_path: str | Path) -> dict[str, str | None]:
@@ -153,9 +154,8 @@ def generation_frame(responses_path: str | Path, settings: Mapping[str, Any]) ->
     The final settings are recomputed by replaying the shard's own re-ask rule
     ``attempt`` times, so they cannot drift from what the runner sent.
     """
-    requests, texts = read_responses(responses_path)
-    frame = answers_frame(requests, texts)
-    extra = pd.read_parquet(responses_path, columns=["attempt", "finish_reason"])
+    requests, extra = read_response_shard(responses_path, ["text", "ok", "attempt", "finish_reason"])
+    frame = answers_frame(requests, _texts(extra))
     reask = generation_reask(float(settings["retry_temperature_step"]), float(settings["retry_temperature_cap"]))
     temps, seeds = [], []
     for req, attempt in zip(requests, extra["attempt"]):

@@ -113,6 +113,17 @@ def read_request_shard(path: str | Path) -> tuple[list[LLMRequest], dict[str, An
     return [request_from_json(b) for b in table.column("request_json").to_pylist()], policy
 
 
+def read_response_shard(path: str | Path, columns: Sequence[str] | None = None) -> tuple[list[LLMRequest], Any]:
+    """The requests of an answered shard and its response rows (a DataFrame), read once.
+
+    ``columns`` limits the rows to those columns (``request_json`` is always read);
+    ``None`` reads all of them.
+    """
+    cols = None if columns is None else ["request_json", *[c for c in columns if c != "request_json"]]
+    table = pq.read_table(path, columns=cols).to_pandas()
+    return [request_from_json(b) for b in table["request_json"]], table
+
+
 def answer_shard(
     requests_path: str | Path,
     responses_path: str | Path,

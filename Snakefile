@@ -15,10 +15,15 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# The library lives in src/. The Snakefile imports it from there (no install step
-# needed to parse the workflow); job scripts put the same folder on their path, so
-# per-rule conda environments need only the third-party dependencies.
-sys.path.insert(0, os.path.join(workflow.basedir, "src"))
+# The library lives in src/. `make` installs it into .venv; the Snakefile also finds
+# it here without an install, and jobs inherit the folder through PYTHONPATH, so a
+# per-rule conda environment (clusters: --sdm conda) needs only the third-party
+# dependencies and every job script imports the same library.
+_SRC = os.path.join(workflow.basedir, "src")
+sys.path.insert(0, _SRC)
+_PATHS = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+if _SRC not in _PATHS:
+    os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *_PATHS])
 
 
 include: "workflow/rules/common.smk"

@@ -1,9 +1,5 @@
 """Draw one AMEL analysis figure (PDF and PNG) from its table and the item-level scores."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 import pandas as pd
 
 from context_effects.amel.plots import FIGURES

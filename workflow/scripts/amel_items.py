@@ -1,9 +1,5 @@
 """Build one AMEL domain's item table (test items and history pool) from a benchmark or an item file."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.amel.items import build_domain_items
 from context_effects.datasets import read_items
 from context_effects.jobs import setup_job_logging

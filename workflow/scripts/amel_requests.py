@@ -1,9 +1,5 @@
 """Write one AMEL request shard: every cell of every test item of one domain, for one model."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.amel.requests import write_domain_shard
 from context_effects.jobs import setup_job_logging
 

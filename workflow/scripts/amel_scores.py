@@ -1,9 +1,5 @@
 """P(Yes) of every model x item x cell from the response shards, and the bias scores."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.amel.scores import bias_scores, probabilities
 from context_effects.jobs import setup_job_logging
 

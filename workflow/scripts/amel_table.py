@@ -1,9 +1,5 @@
 """Write one AMEL analysis table as CSV and LaTeX."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 import pandas as pd
 
 from context_effects.amel.analysis import ANALYSES, FORMATS, build_table

@@ -1,9 +1,5 @@
 """Study H summary tables and the pull-distribution figure, from the result files."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.anchoring.results import write_report
 from context_effects.jobs import setup_job_logging
 from context_effects.tables import run_notes

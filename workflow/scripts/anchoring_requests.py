@@ -1,9 +1,5 @@
 """Write one Study H model run (every task x condition x repetition) as a request shard."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.anchoring.requests import write_judge_shard
 from context_effects.anchoring.tasks import read_tasks
 from context_effects.jobs import setup_job_logging

@@ -1,9 +1,5 @@
 """Score one Study H model run and write its result file."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.anchoring.results import result_record, write_result
 from context_effects.jobs import setup_job_logging
 from context_effects.tables import run_notes

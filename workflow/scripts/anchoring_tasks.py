@@ -1,9 +1,5 @@
 """Build the Study H task table: benchmark tasks, task-file tasks and the balanced prior design."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.anchoring.tasks import build_tasks
 from context_effects.jobs import setup_job_logging
 

@@ -7,10 +7,6 @@ not exist; the guard keeps that re-run inert.
 
 
 def main(snakemake):
-    import sys
-
-    sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
     from context_effects.jobs import bound_threads, setup_job_logging
 
     bound_threads(snakemake.threads)  # before torch/vLLM are imported
@@ -38,7 +34,6 @@ def main(snakemake):
             store,
         )
     log.info("%s: %d calls, %d cache hits, %d failures", model, ledger.calls, ledger.cache_hits, ledger.failures)
-
 
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821 - injected by Snakemake

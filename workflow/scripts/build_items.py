@@ -1,9 +1,5 @@
 """Build the normalised, sampled item table of one dataset."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.datasets import build_item_table, write_items
 from context_effects.jobs import setup_job_logging
 

@@ -1,9 +1,5 @@
 """Collect every generated answer of one dataset, plus its anchors, into the answers table."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.conformity.stages import collect_answers
 from context_effects.jobs import setup_job_logging
 

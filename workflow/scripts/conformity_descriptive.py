@@ -1,10 +1,6 @@
 """Write one of Study C's model-free tables (or the rating-distribution figure); the rule
 name says which. Inputs are per-dataset tables in config order."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 import pandas as pd
 
 from context_effects.conformity import descriptive as D
@@ -19,10 +15,8 @@ notes = run_notes(snakemake.params.run)
 rule = snakemake.rule
 out = snakemake.output
 
-
 def per_dataset(paths):
     return {d: pd.read_parquet(p) for d, p in zip(datasets, paths, strict=True)}
-
 
 PANEL = f"Open judge panel, blind pass, main corpus at the primary seed ({seed}); missing ratings excluded."
 

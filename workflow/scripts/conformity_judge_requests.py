@@ -1,9 +1,5 @@
 """Build one shard of Study C judge requests (seed 002 App. B)."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.conformity.judging import write_judge_shard
 from context_effects.jobs import setup_job_logging
 

@@ -1,9 +1,5 @@
 """Collect the judge responses of one dataset into its ratings table."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.conformity.judging import check_d, ratings_frame
 from context_effects.jobs import setup_job_logging
 

@@ -1,10 +1,6 @@
 """Build one shard of Study C generation requests: Round 1, Round 2 from Round 1's answers,
 or (synthetic runs only) the tagged anchors."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.conformity.stages import write_anchor_shard, write_round1_shard, write_round2_shard
 from context_effects.jobs import setup_job_logging
 

@@ -1,9 +1,5 @@
 """Pair each all-wrong revision of one dataset with its Round-1 answer (flip indicator, ratings)."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 import pandas as pd
 
 from context_effects.conformity.descriptive import wrong_peer_revisions

@@ -1,9 +1,5 @@
 """Convert the GGUF shipped in a PyPI package into a safetensors directory vLLM loads directly."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from pathlib import Path
 
 from context_effects.jobs import bound_threads, setup_job_logging

@@ -1,9 +1,5 @@
 """Download one dataset split from the Hugging Face hub and store it as Parquet."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.datasets import load_raw
 from context_effects.jobs import setup_job_logging
 

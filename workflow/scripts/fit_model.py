@@ -1,9 +1,6 @@
 """Fit the measurement model for one (dataset, variant): draws, summary, diagnostics, per-answer θ."""
 
 import os
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
 
 from context_effects.jobs import bound_threads, setup_job_logging
 

@@ -1,9 +1,5 @@
 """Per-answer latent quality of a dataset's main fit, as the table other analyses read."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 import pandas as pd
 
 from context_effects.jobs import setup_job_logging

@@ -1,9 +1,5 @@
 """Write one of seed 002's model-based tables from the summaries and diagnostics of its fits."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.jobs import setup_job_logging
 from context_effects.measurement.pipeline import fit_dir
 from context_effects.measurement.report import table_fits, write_model_table

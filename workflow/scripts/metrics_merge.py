@@ -1,9 +1,5 @@
 """One per-answer metric table of a dataset: pass-through columns plus every metric."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 import pandas as pd
 
 from context_effects.jobs import setup_job_logging

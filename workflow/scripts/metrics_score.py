@@ -1,10 +1,6 @@
 """Per-answer metric rows of one dataset: text (lexical + readability), neural (SBERT,
 BERTScore) or classifier (NLI, truth/info judges) metrics, by `params.kind`."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.jobs import bound_threads, setup_job_logging
 
 bound_threads(snakemake.threads)  # before torch is imported

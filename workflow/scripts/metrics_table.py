@@ -1,9 +1,6 @@
 """Write one of Tables 6-8, 13-16, 18, 19 (seed 002) as CSV + LaTeX, by `params.table`."""
 
-import sys
 from pathlib import Path
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
 
 from context_effects.jobs import setup_job_logging
 from context_effects.metrics import tables

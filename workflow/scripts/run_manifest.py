@@ -1,9 +1,5 @@
 """Write the run manifest: resolved configuration and installed package versions."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from context_effects.jobs import setup_job_logging
 from context_effects.provenance import write_manifest
 

@@ -1,9 +1,5 @@
 """Write the run report (results/report/report.md) from the tables and figures of the run."""
 
-import sys
-
-sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # the project library, no install needed
-
 from pathlib import Path
 
 from context_effects.jobs import setup_job_logging

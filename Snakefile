@@ -23,16 +23,15 @@ _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 _PATHS = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if _SRC not in _PATHS:
-    os.environ["PYTHONPATH"] = os.pathsep.join([_SRC, *_PATHS])
+    os.environ.update(PYTHONPATH=os.pathsep.join([_SRC, *_PATHS]))
+
+
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/llm.smk"
-include: "workflow/rules/common_fit.smk"
-include: "workflow/rules/common_metrics.smk"
-include: "workflow/rules/common_amel.smk"
-include: "workflow/rules/common_anchoring.smk"
 include: "workflow/rules/conformity_generate.smk"
 include: "workflow/rules/conformity_judge.smk"
 include: "workflow/rules/conformity_tables.smk"
@@ -44,15 +43,11 @@ include: "workflow/rules/paper.smk"
 
 
 onstart:
-    require_api_keys()
+    dag.require_api_keys(config)
 
 
 rule all:
     default_target: True
     input:
-        conformity_targets(),
-        fit_targets(),
-        metrics_targets(),
-        amel_targets(),
-        anchoring_targets(),
-        paper_targets(),
+        dag.study_outputs(config),
+        dag.paper_targets(),

@@ -1,4 +1,4 @@
-"""Benchmark: NUTS speed of the seed 002 measurement model (SPEC §4.5). Prints figures; not a test.
+"""Benchmark: NUTS speed of the seed 002 measurement model (§2.3, App. C). Prints figures; not a test.
 
 (1) Same simulated data at 1/10 paper scale (50 items × 4 generators × 4 judges, blind +
     informed, anchors: 11,600 ratings), same machine, one chain each:
@@ -17,7 +17,8 @@
     timed directly, and a short NUTS run (few warm-up iterations) for per-step cost and
     steps per draw; extrapolated to the paper's 4 × (1,500 + 1,500). The short run's steps
     per draw come from an unadapted sampler, so the extrapolation also uses the steps per draw
-    measured after full adaptation (SPEC §4.5 prototype: ~63 dense / ~511 diagonal).
+    measured after full adaptation on simulated paper-scale data while the model was
+    developed (~63 with the dense global mass block, ~511 with a diagonal one).
 
 Each configuration runs in its own process (fresh JAX, own peak memory, own precision).
 Usage::
@@ -424,8 +425,8 @@ def main() -> None:
         )
     for label, spd in (
         ("steps/draw of this short run (unadapted)", r["steps_per_draw"]),
-        ("63 steps/draw (SPEC, dense block, adapted)", 63.0),
-        ("511 steps/draw (SPEC, diagonal, adapted)", 511.0),
+        ("63 steps/draw (dense block, adapted)", 63.0),
+        ("511 steps/draw (diagonal, adapted)", 511.0),
     ):
         sampling_h = 4 * 1500 * spd * step_ms / 1e3 / 3600
         warm_h = sampling_h * (ratio or 1.0)

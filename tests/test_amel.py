@@ -13,7 +13,6 @@ from scipy import stats as sps
 
 from conftest import REPO
 from context_effects.amel import stats
-from context_effects.amel.analysis import ANALYSES, build_table
 from context_effects.amel.design import (
     SYSTEM_PROMPT,
     Cell,
@@ -25,6 +24,7 @@ from context_effects.amel.design import (
 )
 from context_effects.amel.items import AmelItemError, load_item_file, select_items, verification_items
 from context_effects.amel.requests import domain_requests, probability_method, write_domain_shard
+from context_effects.amel.outputs import ANALYSES, REGISTRY, analysis_table
 from context_effects.amel.scores import (
     bias_scores,
     binary_entropy,
@@ -33,7 +33,9 @@ from context_effects.amel.scores import (
     probabilities,
 )
 from context_effects.config import validate_config
-from context_effects.llm.backends.synthetic import amel_expected_bias_score, planted_effects
+from context_effects.outputs import FigureSpec, TableSpec
+from context_effects.amel.synthetic import amel_expected_bias_score, amel_p_yes
+from context_effects.llm.backends.synthetic import planted_effects
 from context_effects.llm.factory import make_backend
 from context_effects.llm.shards import answer_shard
 from context_effects.llm.store import ResponseStore
@@ -52,6 +54,18 @@ def amel_config(**overrides) -> dict:
         }
     )
     return cfg
+
+
+def model_cfg(**fields) -> dict:
+    """One model's validated config (every field the schema defaults filled in)."""
+    cfg = validate_config({"models": {"m": fields}, "datasets": {}, "conformity": {"enabled": False},
+                           "amel": {"enabled": False}, "anchoring": {"enabled": False}})
+    return cfg["models"]["m"]
+
+
+def analysis_data(name: str, bs: pd.DataFrame, probs: pd.DataFrame) -> pd.DataFrame:
+    """The item-level frame analysis ``name`` reads."""
+    return probs if ANALYSES[name].data == "probabilities" else bs
 
 
 def sim_items(n: int, domain: str = "sim", groups_of: int = 1) -> pd.DataFrame:
@@ -208,7 +222,7 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     cfg = amel_config(history_lengths=[2, 4], position_history_length=20, position_biased_turns=2,
                       framing_history_lengths=[2], n_samples=3)
     items = select_items(sim_items(30), 5, seed=4)
-    reqs = domain_requests(items, "qwen-sim", SIM, cfg["amel"])
+    reqs = domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"])
     n_cells = len(design_cells(cfg["amel"]))
     assert len(reqs) == 5 * n_cells
     assert [r.messages for r in reqs] == sorted(r.messages for r in reqs)
@@ -219,12 +233,12 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     assert len({reqs[i].messages[:9] for i in range(run[0], run[-1] + 1)}) == 1
     r0 = reqs[0]
     assert r0.sampling.max_tokens == 1 and r0.sampling.temperature == 0 and "Yes" in r0.sampling.probe_tokens
-    claude = {"backend": "anthropic", "model_id": "claude-x"}
+    claude = model_cfg(backend="anthropic", model_id="claude-x")
     sampled = domain_requests(items, "claude", claude, cfg["amel"])
     assert len(sampled) == 3 * len(reqs)
     assert {r.sample_index for r in sampled} == {0, 1, 2} and all(r.sampling.temperature == 1.0 for r in sampled)
     assert len({r.key for r in sampled}) == len(sampled)
-    base = domain_requests(items, "gbase", {"backend": "vllm", "model_id": "g", "mode": "completion"}, cfg["amel"])
+    base = domain_requests(items, "gbase", model_cfg(backend="vllm", model_id="g", mode="completion"), cfg["amel"])
     assert all(len(r.messages) == 1 and r.mode == "completion" for r in base)
 
 
@@ -257,7 +271,8 @@ def test_bias_score_entropy_and_congruence_by_hand():
         [dict(model="m", domain="d", item_id=i, answer=a, cell=c, framing=f, condition=cond, k=k, n_biased=k,
               position=None, method="first_token", p_yes=p) for i, a, c, f, cond, k, p in rows]
     )
-    bs = bias_scores(probs, {"m": {"backend": "vllm", "family": "fam", "params_b": 7}}, entropy_threshold_bits=0.5)
+    bs = bias_scores(probs, {"m": model_cfg(backend="vllm", model_id="m", family="fam", params_b=7)},
+                     entropy_threshold_bits=0.5)
     got = bs.set_index(["item_id", "condition"])
     assert got.loc[("a", "yes_saturated"), "bs"] == pytest.approx(-0.2)
     assert got.loc[("a", "no_saturated"), "bs"] == pytest.approx(-0.3)
@@ -329,14 +344,14 @@ def test_tables_on_fixed_data_use_the_same_statistics():
                              stratum="uncertain" if i % 2 else "deterministic", congruent=bool(i % 3),
                              baseline_congruent=bool(i % 2)))
     bs = pd.DataFrame(rows)
-    eff = build_table("effects", bs, pd.DataFrame(), {}).set_index(["scope", "group"])
+    eff = analysis_table("effects", bs, {}).set_index(["scope", "group"])
     ref = sps.ttest_1samp(np.concatenate([X, Y]), 0)
     assert eff.loc[("overall", "all"), "t"] == pytest.approx(ref.statistic)
-    asym = build_table("asymmetry", bs, pd.DataFrame(), {}).set_index(["scope", "group"])
+    asym = analysis_table("asymmetry", bs, {}).set_index(["scope", "group"])
     ref = sps.ttest_rel(np.abs(Y), np.abs(X))
     assert asym.loc[("overall", "all"), "t"] == pytest.approx(ref.statistic)
     assert asym.loc[("overall", "all"), "ratio"] == pytest.approx(abs(Y.mean()) / abs(X.mean()))
-    length = build_table("length", bs, pd.DataFrame(), {}).set_index(["scope", "group"])
+    length = analysis_table("length", bs, {}).set_index(["scope", "group"])
     assert length.loc[("polarity", "yes"), "slope"] == pytest.approx(sps.linregress(K, X).slope)
     assert length.loc[("polarity", "yes"), "rho"] == pytest.approx(sps.spearmanr(K, X).statistic)
 
@@ -373,7 +388,7 @@ def test_analysis_recovers_planted_amel_effects(tmp_path):
         assert s["ci_low"] <= amel_expected_bias_score("qwen-sim", None, cond, 5, pos) <= s["ci_high"], (cond, pos)
     a = {}
     for name in ANALYSES:
-        a[name] = build_table(name, bs, probs, cfg["amel"])
+        a[name] = analysis_table(name, analysis_data(name, bs, probs), cfg["amel"])
     overall = lambda t: t[t["scope"] == "overall"]  # noqa: E731
     eff = overall(a["effects"]).iloc[0]
     assert eff["d"] < 0 and eff["p"] < 1e-10
@@ -401,33 +416,42 @@ def test_flat_k_and_sampled_probabilities(tmp_path):
     """k_scale = 0 plants a flat effect in k (seed finding); sampling P(Yes) tracks the planted P."""
     cfg = amel_config(history_lengths=[5, 50], positions=[], framing_swap=False, probability_method="samples",
                       n_samples=30)
-    cfg["models"]["qwen-sim"] = {**SIM, "synthetic": {"amel_k_scale": 0.0}}
+    cfg["models"]["qwen-sim"] = {**cfg["models"]["qwen-sim"], "synthetic": {"amel_k_scale": 0.0}}
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(30), 16, seed=6))
     assert (probs["method"] == "samples").all() and (probs["n_valid"] == 30).all()
     from context_effects.llm.backends.synthetic import SyntheticBackend
 
     truth = SyntheticBackend(model_name="qwen-sim", params={"amel_k_scale": 0.0})
     base = probs[probs["condition"] == "baseline"]
-    exact = np.array([truth.amel_p_yes(i) for i in base["item_id"]])
+    exact = np.array([amel_p_yes(truth, i) for i in base["item_id"]])
     se = np.sqrt(exact * (1 - exact) / 30)
     assert np.mean(np.abs(base["p_yes"].to_numpy() - exact) <= 2.6 * se + 1e-9) > 0.9
-    length = build_table("length", bs, probs, cfg["amel"])
+    length = analysis_table("length", bs, cfg["amel"])
     row = length[length["scope"] == "overall"].iloc[0]
     assert row["slope_ci_low"] <= 0 <= row["slope_ci_high"]
 
 
-def test_every_figure_draws_from_its_table(tmp_path):
-    from context_effects.amel.plots import FIGURES
-    from context_effects.figures import save_figure
+def test_every_registered_table_and_figure_is_written(tmp_path, monkeypatch):
+    """Every analysis through the registry, as the amel_table and amel_figure jobs run it."""
+    from context_effects.outputs import draw_registered_figure, write_registered_table
 
     cfg = amel_config(history_lengths=[2, 6], position_history_length=8, position_biased_turns=2,
                       framing_history_lengths=[2])
+    cfg["run"] = {**cfg["run"], "kind": "synthetic"}
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(24), 12, seed=7))
-    for name, draw in FIGURES.items():
-        table = build_table(name, bs, probs, cfg["amel"])
-        table.to_csv(tmp_path / "t.csv", index=False)
-        table = pd.read_csv(tmp_path / "t.csv")  # as the figure rule reads it
-        kwargs = {"threshold": 0.5} if name == "entropy" else {}
-        fig = draw(table, probs if name == "probabilities" else bs, note="demo note", **kwargs)
-        save_figure(fig, tmp_path / f"{name}.png")
-        assert (tmp_path / f"{name}.png").stat().st_size > 1000, name
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "amel").mkdir(parents=True)
+    probs.to_parquet("results/amel/probabilities.parquet", index=False)
+    bs.to_parquet("results/amel/bias_scores.parquet", index=False)
+    assert REGISTRY.names(TableSpec) == REGISTRY.names(FigureSpec) == list(ANALYSES)
+    for spec in REGISTRY.tables("analysis"):
+        df = write_registered_table("amel", spec.name, spec.inputs(cfg), spec.settings(cfg),
+                                    f"results/tables/amel/{spec.name}.csv", f"results/tables/amel/{spec.name}.tex")
+        assert len(df), spec.name
+        tex = (tmp_path / f"results/tables/amel/{spec.name}.tex").read_text()
+        assert rf"\label{{tab:amel-{spec.name}}}" in tex and "Synthetic backend" in tex
+    for spec in REGISTRY.figures("analysis"):
+        out = {ext: f"results/figures/amel/{spec.name}.{ext}" for ext in spec.formats}
+        draw_registered_figure("amel", spec.name, spec.inputs(cfg), spec.settings(cfg), out)
+        for path in out.values():
+            assert (tmp_path / path).stat().st_size > 1000, path

@@ -8,6 +8,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from context_effects.amel import stats
+from context_effects.amel.synthetic import amel_p_yes
 from context_effects.llm.backends.synthetic import SyntheticBackend
 
 CONFIG = {
@@ -60,8 +61,8 @@ def test_amel_rules_from_items_to_tables_recover_planted_bias(workdir):
     truth = SyntheticBackend(model_name="qwen-sim")
     for r in bs.itertuples():
         framing = r.framing
-        planted_p = truth.amel_p_yes(r.item_id, r.condition, r.n_biased, r.position, framing)
-        base_p = truth.amel_p_yes(r.item_id, framing=framing)
+        planted_p = amel_p_yes(truth, r.item_id, r.condition, r.n_biased, r.position, framing)
+        base_p = amel_p_yes(truth, r.item_id, framing=framing)
         sign = 1 if r.condition == "no_saturated" else -1
         assert r.bs == pytest.approx(sign * (planted_p - base_p), abs=1e-12), r
     main = bs[(bs["framing"] == "standard") & bs["position"].isna()]

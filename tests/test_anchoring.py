@@ -13,6 +13,7 @@ import pytest
 from scipy import stats
 
 from context_effects.anchoring import judging, prompts
+from context_effects.llm import judging as reply_format
 from context_effects.anchoring.judging import parse_score
 from context_effects.anchoring.requests import judge_requests, write_judge_shard
 from context_effects.anchoring.scoring import (
@@ -34,7 +35,7 @@ from context_effects.anchoring.tasks import (
 )
 from context_effects.datasets import build_item_table, write_items
 from context_effects.llm.backends.base import Backend
-from context_effects.llm.shards import answer_shard, write_request_shard
+from context_effects.llm.shards import answer_shard, read_request_shard, write_request_shard
 from context_effects.llm.store import ResponseStore
 from context_effects.llm.types import LLMRequest, LLMResult
 
@@ -60,13 +61,13 @@ SIM = {"backend": "synthetic", "model_id": "sim"}
         ('{"score": 6}', (None, judging.OUT_OF_RANGE)),
         ('{"score": 0}', (None, judging.OUT_OF_RANGE)),
         ('{"rating": 3}', (None, judging.MISSING)),
-        ("", (None, judging.EMPTY)),
-        (None, (None, judging.EMPTY)),
-        ("I would give it a 4.", (None, judging.NO_JSON)),
-        ('{"score": ', (None, judging.TRUNCATED)),
+        ("", (None, reply_format.EMPTY)),
+        (None, (None, reply_format.EMPTY)),
+        ("I would give it a 4.", (None, reply_format.NO_JSON)),
+        ('{"score": ', (None, reply_format.TRUNCATED)),
         ('{"score": 2} then {"score": 5}', (None, judging.CONFLICTING)),
         ('{"score": 2, "score": 5}', (None, judging.CONFLICTING)),
-        ('{"score": 2} {"note": "x"}', (None, judging.MULTIPLE)),
+        ('{"score": 2} {"note": "x"}', (None, reply_format.MULTIPLE)),
     ],
 )
 def test_parse_score(text, expected):
@@ -106,15 +107,17 @@ def test_invalid_replies_are_reasked_then_recorded_missing(tmp_path):
     assert (by.get_group("late")["score"] == 4).all() and (by.get_group("late")["attempt"] == 1).all()
     bad = by.get_group("bad")
     # Never a score: missing, with the validator's reason, after max_attempts asks.
-    assert bad["score"].isna().all() and (bad["missing_reason"] == judging.NO_JSON).all()
+    assert bad["score"].isna().all() and (bad["missing_reason"] == reply_format.NO_JSON).all()
     assert (bad["attempt"] == 1).all()
 
 
-def test_shard_hooks_must_name_this_package(tmp_path):
-    with pytest.raises(ValueError, match="context_effects"):
-        write_request_shard(tmp_path / "x.parquet", [], validator="os:system")
-    with pytest.raises(ValueError, match="no function"):
-        write_request_shard(tmp_path / "x.parquet", [], validator="context_effects.anchoring.judging:nope")
+def test_shards_name_a_registered_reply_policy(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown reply policy 'anchoring\.scores'; allowed: .*anchoring\.score"):
+        write_request_shard(tmp_path / "x.parquet", [], reply_policy="anchoring.scores")
+    write_request_shard(tmp_path / "x.parquet", [], reply_policy="anchoring.score", max_attempts=2)
+    assert read_request_shard(tmp_path / "x.parquet")[1] == {
+        "reply_policy": "anchoring.score", "policy_params": {}, "max_attempts": 2
+    }
 
 
 # ----------------------------------------------------------------------------- tasks

@@ -14,6 +14,7 @@ from conftest import REPO, run_snakemake
 from context_effects.anchoring.results import result_record
 from context_effects.anchoring.scoring import dumps
 from context_effects.config import validate_config
+from context_effects.anchoring.synthetic import anchoring_blind_mean
 from context_effects.llm.backends.synthetic import SyntheticBackend
 from context_effects.tables import run_notes
 
@@ -56,7 +57,7 @@ def _planted_pull(judge: str, tasks: pd.DataFrame) -> float:
     p = b.planted_effects()["anchoring"]
     pulls = []
     for t in tasks.itertuples():
-        e_blind = b.anchoring_blind_mean(t.task_id, t.gold_score)
+        e_blind = anchoring_blind_mean(b, t.task_id, t.gold_score)
         shift = p["framing_shift"] if p["framing_in_anchor"] else 0.0
         blind = _expected_score(e_blind, p["noise_sd"])
         anchor = _expected_score(e_blind + shift + p["lambda"] * (t.prior_score - e_blind), p["noise_sd"])
@@ -127,6 +128,6 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
             model_cfg=cfg["models"][j],
             settings=cfg["anchoring"],
             run_cfg=cfg["run"],
-            notes=run_notes(cfg["run"]),
+            notes=run_notes(cfg["run"]["kind"]),
         )
         assert dumps(again) == (workdir / f"results/anchoring/runs/{j}.json").read_text()

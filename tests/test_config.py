@@ -30,7 +30,7 @@ def test_paper_config_has_the_paper_settings(paper):
         "temperature": 0.0,
         "top_p": 1.0,
         "max_tokens": 300,
-        "max_retries": 5,
+        "max_attempts": 6,
         "retry_temperature_step": 0.1,
         "retry_temperature_cap": 1.0,
         "shard_size": 2000,

@@ -11,16 +11,17 @@ import pytest
 from conftest import REPO
 from context_effects.conformity import peers, prompts
 from context_effects.conformity import requests as creq
+from context_effects.conformity.replies import parse_rating
 from context_effects.datasets import build_item_table
 from context_effects.llm.backends.synthetic import SyntheticBackend
-from context_effects.llm.judging import RATING_SCHEMA, parse_rating
+from context_effects.conformity.replies import RATING_SCHEMA
 
 MODEL = "mistral-sim"
 # No planted empty replies: the retry path belongs to the shard runner, not to these builders.
 MODEL_CFG = {"backend": "synthetic", "model_id": MODEL, "synthetic": {"empty_rate": 0.0}}
 JUDGE = "qwen-sim"
 JUDGE_CFG = {"backend": "synthetic", "model_id": JUDGE}
-GEN = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 300, "max_retries": 5, "shard_size": 2000}
+GEN = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 300, "max_attempts": 6, "shard_size": 2000}
 JUDGING = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16, "max_attempts": 3}
 WRONG_ENDORSING = ("content_wrong", "content_mixed", "peer_wrong", "peer_mixed")
 

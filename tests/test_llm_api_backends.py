@@ -35,12 +35,9 @@ from provider_server import Fault, ProviderServer, rating_for, yes_probability  
 
 from context_effects.llm.backends.anthropic_api import AnthropicBackend  # noqa: E402
 from context_effects.llm.backends.openai_api import OpenAIBackend, OpenAICompatibleBackend  # noqa: E402
-from context_effects.llm.concurrency import (  # noqa: E402
-    AIMDController,
-    MissingAPIKeyError,
-    RetryPolicy,
-    parse_retry_after,
-)
+from context_effects.llm.concurrency import AIMDController  # noqa: E402
+from context_effects.llm.retry import RetryPolicy, parse_retry_after  # noqa: E402
+from context_effects.llm.secrets import MissingAPIKeyError  # noqa: E402
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
 
 OPENAI_KEY = "sk-test-openai-fixture"
@@ -67,7 +64,7 @@ def server(**kw) -> ProviderServer:
 
 
 def req(i: int = 0, *, provider: str = "openai", model: str = "gpt-test", text: str | None = None, **kw) -> LLMRequest:
-    sampling = kw.pop("sampling", Sampling())
+    sampling = kw.pop("sampling", Sampling(max_tokens=300))
     messages = kw.pop("messages", (("system", "You are a strict judge."), ("user", text or f"Rate answer {i}.")))
     return LLMRequest(ModelRef(provider, model), messages, sampling, **kw)
 
@@ -341,7 +338,9 @@ def test_chat_request_mapping_logprobs_and_probe_probs() -> None:
 def test_probe_tokens_without_logprobs_ask_for_top_alternatives() -> None:
     with server() as srv:
         [result] = list(
-            openai_backend(srv).run([req(text="Answer Yes or No.", sampling=Sampling(probe_tokens=("No",)))])
+            openai_backend(srv).run(
+                [req(text="Answer Yes or No.", sampling=Sampling(max_tokens=300, probe_tokens=("No",)))]
+            )
         )
         [call] = srv.generation_calls()
     assert call.body["top_logprobs"] == 20
@@ -359,7 +358,7 @@ def test_strict_schema_when_closed_and_truncation_reported() -> None:
 
 def test_completion_mode_uses_the_legacy_endpoint() -> None:
     few_shot = "Q: 2+2?\nA: 4\nQ: Is the sky green? Answer Yes or No.\nA:"
-    sampling = Sampling(logprobs=3, probe_tokens=("Yes", "No"))
+    sampling = Sampling(max_tokens=300, logprobs=3, probe_tokens=("Yes", "No"))
     with server() as srv:
         backend = openai_backend(srv)
         [result] = list(backend.run([req(messages=(("user", few_shot),), sampling=sampling, mode="completion")]))
@@ -376,7 +375,9 @@ def test_openai_compatible_server_without_key_never_sends_the_openai_key() -> No
     with server(openai_key="EMPTY") as srv:
         backend = OpenAICompatibleBackend(base_url="http://127.0.0.1:9/v1", **FAST)
         request = LLMRequest(
-            ModelRef("openai_compatible", "smollm2", base_url=srv.base_url), (("user", "Rate this."),), Sampling(seed=1)
+            ModelRef("openai_compatible", "smollm2", base_url=srv.base_url),
+            (("user", "Rate this."),),
+            Sampling(max_tokens=300, seed=1),
         )
         [result] = list(backend.run([request]))
         [call] = srv.generation_calls()
@@ -394,7 +395,7 @@ def test_anthropic_drops_unsupported_parameters_and_says_so() -> None:
                 1,
                 provider="anthropic",
                 model="claude-test",
-                sampling=Sampling(top_p=0.8, seed=3, logprobs=5),
+                sampling=Sampling(top_p=0.8, max_tokens=300, seed=3, logprobs=5),
                 output_schema=RATING_SCHEMA,
             ),
             req(2, provider="anthropic", model="claude-test", mode="completion"),
@@ -426,7 +427,7 @@ def test_anthropic_drops_unsupported_parameters_and_says_so() -> None:
 
 
 def test_openai_batch_round_trip(tmp_path: Path) -> None:
-    requests = [req(i, sampling=Sampling(logprobs=2), output_schema=RATING_SCHEMA) for i in range(5)]
+    requests = [req(i, sampling=Sampling(max_tokens=300, logprobs=2), output_schema=RATING_SCHEMA) for i in range(5)]
     prices = {"gpt-test": {"input_per_mtok": 1.0, "output_per_mtok": 2.0}}
     with server(batch_in_progress_polls=3) as srv:
         srv.batch_error_ids = {requests[0].key}
@@ -589,7 +590,7 @@ def test_api_key_never_reaches_any_written_file(tmp_path: Path, monkeypatch: pyt
             openai_key=key, faults={0: Fault("429", retry_after="0"), 2: "400"}, batch_in_progress_polls=1
         ) as srv:
             direct = openai_backend(srv, state_dir=out / "state", concurrency=1)
-            results = list(direct.run([req(i, sampling=Sampling(logprobs=2)) for i in range(3)]))
+            results = list(direct.run([req(i, sampling=Sampling(max_tokens=300, logprobs=2)) for i in range(3)]))
             batch = openai_backend(srv, use_batch_api=True, state_dir=out / "state", batch_poll_interval_s=0.05)
             results += list(batch.run([req(i) for i in range(10, 13)]))
             # A wrong key too: the 401 path must not echo anything either.

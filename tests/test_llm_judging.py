@@ -1,4 +1,5 @@
-"""Judge-reply validation: real-looking replies, each rejection with its own reason."""
+"""Judge-reply validation (Study C ratings through the shared JSON-integer parser):
+real-looking replies, each rejection with its own reason."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-from context_effects.llm import judging  # noqa: E402
-from context_effects.llm.judging import RATING_SCHEMA, REASONS, parse_rating, reask_with_reminder  # noqa: E402
-from context_effects.llm.types import LLMRequest, ModelRef  # noqa: E402
+from context_effects.conformity import replies  # noqa: E402
+from context_effects.conformity.replies import REASONS, parse_rating, reask_with_reminder  # noqa: E402
+from context_effects.llm import judging as reply_format  # noqa: E402
+from context_effects.conformity.replies import RATING_SCHEMA  # noqa: E402
+from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
 
 ACCEPTED = [
     ('{"rating": 4}', 4),
@@ -36,46 +39,46 @@ ACCEPTED = [
 ]
 
 REJECTED = [
-    ("", judging.EMPTY),
-    (None, judging.EMPTY),
-    ("   \n\t ", judging.EMPTY),
-    ("4", judging.NO_JSON),
-    ("Rating: 4/5", judging.NO_JSON),
-    ("I would rate this answer a 4 out of 5.", judging.NO_JSON),
-    ('{"rating": 4', judging.TRUNCATED),
-    ('{"rating": 4, "reason": "The answer correctly identifies', judging.TRUNCATED),
-    ('```json\n{"rat', judging.TRUNCATED),
-    ('{"rating": 4} and then {"rating": 5', judging.TRUNCATED),
-    ("{rating: 4}", judging.INVALID_JSON),
-    ("{'rating': 4}", judging.INVALID_JSON),
-    ('{"rating": <integer 1-5>}', judging.INVALID_JSON),  # echoed template
-    ('{{"rating": 4}}', judging.INVALID_JSON),
-    ('{"rating": 4,}', judging.INVALID_JSON),
-    ('{"rating": NaN}', judging.INVALID_JSON),
-    ('{"rating": 4} but on reflection {rating: 2}', judging.INVALID_JSON),
-    ('{"rating": 2}\n{"rating": 3}', judging.CONFLICTING),
-    ('Blind: {"rating": 4}. Informed: {"rating": 2}.', judging.CONFLICTING),
-    ('{"rating": 3, "rating": 5}', judging.CONFLICTING),
-    ('{"rating": 4} {"confidence": "high"}', judging.MULTIPLE),
-    ('{"rating": 4} {"rating": 4, "note": "same"}', judging.MULTIPLE),
-    ('{"score": 4}', judging.MISSING),
-    ('{"Rating": 4}', judging.MISSING),
-    ('{"result": {"rating": 4}}', judging.MISSING),
-    ("{}", judging.MISSING),
-    ('{"rating": "4"}', judging.STRING),
-    ('{"rating": "four"}', judging.STRING),
-    ('{"rating": 4.5}', judging.NOT_INTEGER),
-    ('{"rating": 3.999}', judging.NOT_INTEGER),
-    ('{"rating": 1e400}', judging.NOT_INTEGER),  # overflows to inf
-    ('{"rating": null}', judging.NOT_NUMBER),
-    ('{"rating": true}', judging.NOT_NUMBER),
-    ('{"rating": [4]}', judging.NOT_NUMBER),
-    ('{"rating": {"value": 4}}', judging.NOT_NUMBER),
-    ('{"rating": 0}', judging.OUT_OF_RANGE),
-    ('{"rating": 6}', judging.OUT_OF_RANGE),
-    ('{"rating": -3}', judging.OUT_OF_RANGE),
-    ('{"rating": 10}', judging.OUT_OF_RANGE),
-    ('{"rating": 100000000000000000000000}', judging.OUT_OF_RANGE),
+    ("", reply_format.EMPTY),
+    (None, reply_format.EMPTY),
+    ("   \n\t ", reply_format.EMPTY),
+    ("4", reply_format.NO_JSON),
+    ("Rating: 4/5", reply_format.NO_JSON),
+    ("I would rate this answer a 4 out of 5.", reply_format.NO_JSON),
+    ('{"rating": 4', reply_format.TRUNCATED),
+    ('{"rating": 4, "reason": "The answer correctly identifies', reply_format.TRUNCATED),
+    ('```json\n{"rat', reply_format.TRUNCATED),
+    ('{"rating": 4} and then {"rating": 5', reply_format.TRUNCATED),
+    ("{rating: 4}", reply_format.INVALID_JSON),
+    ("{'rating': 4}", reply_format.INVALID_JSON),
+    ('{"rating": <integer 1-5>}', reply_format.INVALID_JSON),  # echoed template
+    ('{{"rating": 4}}', reply_format.INVALID_JSON),
+    ('{"rating": 4,}', reply_format.INVALID_JSON),
+    ('{"rating": NaN}', reply_format.INVALID_JSON),
+    ('{"rating": 4} but on reflection {rating: 2}', reply_format.INVALID_JSON),
+    ('{"rating": 2}\n{"rating": 3}', replies.CONFLICTING),
+    ('Blind: {"rating": 4}. Informed: {"rating": 2}.', replies.CONFLICTING),
+    ('{"rating": 3, "rating": 5}', replies.CONFLICTING),
+    ('{"rating": 4} {"confidence": "high"}', reply_format.MULTIPLE),
+    ('{"rating": 4} {"rating": 4, "note": "same"}', reply_format.MULTIPLE),
+    ('{"score": 4}', replies.MISSING),
+    ('{"Rating": 4}', replies.MISSING),
+    ('{"result": {"rating": 4}}', replies.MISSING),
+    ("{}", replies.MISSING),
+    ('{"rating": "4"}', replies.STRING),
+    ('{"rating": "four"}', replies.STRING),
+    ('{"rating": 4.5}', replies.NOT_INTEGER),
+    ('{"rating": 3.999}', replies.NOT_INTEGER),
+    ('{"rating": 1e400}', replies.NOT_INTEGER),  # overflows to inf
+    ('{"rating": null}', replies.NOT_NUMBER),
+    ('{"rating": true}', replies.NOT_NUMBER),
+    ('{"rating": [4]}', replies.NOT_NUMBER),
+    ('{"rating": {"value": 4}}', replies.NOT_NUMBER),
+    ('{"rating": 0}', replies.OUT_OF_RANGE),
+    ('{"rating": 6}', replies.OUT_OF_RANGE),
+    ('{"rating": -3}', replies.OUT_OF_RANGE),
+    ('{"rating": 10}', replies.OUT_OF_RANGE),
+    ('{"rating": 100000000000000000000000}', replies.OUT_OF_RANGE),
 ]
 
 
@@ -103,12 +106,17 @@ def test_schema_matches_the_seed_format() -> None:
 
 
 def test_reask_with_reminder() -> None:
-    req = LLMRequest(model=ModelRef("vllm", "m"), messages=(("system", "s"), ("user", "Rate this.")), meta={"item": 7})
-    again = reask_with_reminder(req, 1, judging.NO_JSON)
+    req = LLMRequest(
+        model=ModelRef("vllm", "m"),
+        messages=(("system", "s"), ("user", "Rate this.")),
+        sampling=Sampling(max_tokens=16),
+        meta={"item": 7},
+    )
+    again = reask_with_reminder(req, 1, reply_format.NO_JSON)
     assert again.attempt == 1 and again.key != req.key
     assert again.messages[0] == req.messages[0]
-    assert again.messages[-1][1].startswith("Rate this.") and judging.REMINDER in again.messages[-1][1]
-    assert again.meta == {"item": 7, "reask_reason": judging.NO_JSON, "reask_of": req.key}
+    assert again.messages[-1][1].startswith("Rate this.") and replies.REMINDER in again.messages[-1][1]
+    assert again.meta == {"item": 7, "reask_reason": reply_format.NO_JSON, "reask_of": req.key}
     # Reminder added once, however many times we re-ask.
-    third = reask_with_reminder(again, 2, judging.NO_JSON)
-    assert third.messages[-1][1].count(judging.REMINDER) == 1 and third.key != again.key
+    third = reask_with_reminder(again, 2, reply_format.NO_JSON)
+    assert third.messages[-1][1].count(replies.REMINDER) == 1 and third.key != again.key

@@ -11,7 +11,7 @@ import yaml
 from conftest import REPO, run_snakemake
 from context_effects.config import validate_config
 from context_effects.llm.factory import model_ref
-from context_effects.llm.judging import RATING_SCHEMA
+from context_effects.conformity.replies import RATING_SCHEMA
 from context_effects.llm.shards import write_request_shard
 from context_effects.llm.types import LLMRequest, Sampling
 
@@ -51,7 +51,7 @@ def synth_workdir(tmp_path):
     write_request_shard(
         tmp_path / "results/requests/smoke/judge/mistral-sim/0000.parquet",
         _judge_requests(cfg, 200),
-        validator="rating",
+        reply_policy="conformity.rating",
         max_attempts=3,
     )
     return tmp_path, cfg_path
@@ -98,7 +98,7 @@ def test_replay_serves_from_store_and_names_a_miss(synth_workdir, tmp_path):
     # A request that was never answered: replay fails and names it.
     cfg = validate_config(SYNTH_CONFIG)
     new = _judge_requests(cfg, 201)[-1:]
-    write_request_shard(workdir / "results/requests/smoke/judge/mistral-sim/0001.parquet", new, validator="rating")
+    write_request_shard(workdir / "results/requests/smoke/judge/mistral-sim/0001.parquet", new, reply_policy="conformity.rating")
     res = run_snakemake(
         "--cores", "1", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--configfile=" + str(replay_path), "results/responses/smoke/judge/mistral-sim/0001.parquet",
@@ -137,7 +137,7 @@ def test_vllm_rule_converts_the_packaged_model_and_answers_a_shard(tmp_path):
         )
         for i in range(4)
     ]
-    write_request_shard(tmp_path / "results/requests/smoke/judge/smollm2-135m/0000.parquet", reqs, validator="rating", max_attempts=2)
+    write_request_shard(tmp_path / "results/requests/smoke/judge/smollm2-135m/0000.parquet", reqs, reply_policy="conformity.rating", max_attempts=2)
     res = run_snakemake(
         "--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
         "--configfile=" + str(REPO / "config" / "demo.yaml"),

@@ -19,14 +19,18 @@ if str(SRC) not in sys.path:
 
 from context_effects.llm.backends.base import Backend  # noqa: E402
 from context_effects.llm.backends.replay import ReplayBackend, ReplayMiss  # noqa: E402
-from context_effects.llm.judging import RATING_SCHEMA, parse_rating, reask_with_reminder  # noqa: E402
+from context_effects.conformity.replies import parse_rating, rating_policy  # noqa: E402
+from context_effects.conformity.replies import RATING_SCHEMA  # noqa: E402
 from context_effects.llm.ledger import Ledger  # noqa: E402
 from context_effects.llm.pricing import estimate_cost, price_table_from_models  # noqa: E402
+from context_effects.llm.replies import ReplyPolicy  # noqa: E402
 from context_effects.llm.runner import INVALID_PREFIX, invalid_reason, run_requests  # noqa: E402
 from context_effects.llm.store import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
 
 MODEL = ModelRef(provider="fake", model_id="fake/model-1")
+#: Rating replies, re-asked as the same request with the next attempt number.
+RATING = ReplyPolicy("rating", parse_rating)
 
 
 def make_requests(n: int, *, prefix: str = "q", schema: dict | None = None) -> list[LLMRequest]:
@@ -211,7 +215,7 @@ def test_reask_uses_new_keys_and_final_miss_carries_reason(store: ResponseStore,
     backend = CountingBackend(reply=_judge_reply_for(bad_forever={4}, bad_once={1, 2}))
     led = Ledger(tmp_path / "l.json")
     out = run_requests(
-        reqs, backend, store, batch_size=3, ledger=led, progress=False, validator=parse_rating, max_attempts=3
+        reqs, backend, store, batch_size=3, ledger=led, progress=False, reply_policy=RATING, max_attempts=3
     )
 
     # Item 1: re-asked once with attempt=1, a different key; the final result says which attempt.
@@ -233,7 +237,7 @@ def test_reask_uses_new_keys_and_final_miss_carries_reason(store: ResponseStore,
     # ... so a rerun reaches the same outcome with zero calls.
     backend2 = CountingBackend(reply=lambda r: pytest.fail("backend must not be called"))
     out2 = run_requests(
-        reqs, backend2, ResponseStore(store.root), batch_size=3, progress=False, validator=parse_rating, max_attempts=3
+        reqs, backend2, ResponseStore(store.root), batch_size=3, progress=False, reply_policy=RATING, max_attempts=3
     )
     assert [(r.key, r.text, r.error, r.attempt) for r in out2] == [(r.key, r.text, r.error, r.attempt) for r in out]
 
@@ -253,7 +257,7 @@ def test_reask_with_reminder_changes_prompt_and_key(store: ResponseStore) -> Non
 
     backend = CountingBackend(reply=reply)
     out = run_requests(
-        reqs, backend, store, validator=parse_rating, max_attempts=2, reask=reask_with_reminder, progress=False
+        reqs, backend, store, reply_policy=rating_policy(), max_attempts=2, progress=False
     )
     assert all(r.ok for r in out) and all(r.attempt == 1 for r in out)
     assert len(backend.calls) == 4
@@ -264,7 +268,7 @@ def test_reask_with_reminder_changes_prompt_and_key(store: ResponseStore) -> Non
 
 def test_max_attempts_one_means_no_reask(store: ResponseStore) -> None:
     backend = CountingBackend(reply=lambda r: '{"rating": 9}')
-    out = run_requests(make_requests(2), backend, store, validator=parse_rating, max_attempts=1, progress=False)
+    out = run_requests(make_requests(2), backend, store, reply_policy=RATING, max_attempts=1, progress=False)
     assert len(backend.calls) == 2
     assert [invalid_reason(r) for r in out] == ["rating_out_of_range"] * 2
 
@@ -421,7 +425,7 @@ def test_export_import_replay_with_zero_calls(tmp_path: Path) -> None:
     reqs = make_requests(12, prefix="judge", schema=RATING_SCHEMA)
     src = ResponseStore(tmp_path / "run")
     backend = CountingBackend(reply=_judge_reply_for(bad_forever=set(), bad_once={3}))
-    original = run_requests(reqs, backend, src, batch_size=5, validator=parse_rating, progress=False)
+    original = run_requests(reqs, backend, src, batch_size=5, reply_policy=RATING, progress=False)
     assert len(src) == 13
 
     export = tmp_path / "release" / "responses.parquet"
@@ -433,7 +437,7 @@ def test_export_import_replay_with_zero_calls(tmp_path: Path) -> None:
 
     led = Ledger(tmp_path / "replay.json")
     replayed = run_requests(
-        reqs, ReplayBackend(reviewer), reviewer, batch_size=5, ledger=led, validator=parse_rating, progress=False
+        reqs, ReplayBackend(reviewer), reviewer, batch_size=5, ledger=led, reply_policy=RATING, progress=False
     )
     assert led.calls == 0 and led.cache_hits == 13
     assert [(r.key, r.text, r.attempt, r.backend) for r in replayed] == [
@@ -457,7 +461,7 @@ def test_replay_backend_direct(tmp_path: Path) -> None:
     assert replay.name == "replay"
     got = {r.key: r.text for r in replay.run(reqs)}
     assert got == {r.key: f"answer to: {r.messages[-1][1]}" for r in reqs}
-    long = LLMRequest(model=MODEL, messages=(("user", "x" * 200),))
+    long = LLMRequest(model=MODEL, messages=(("user", "x" * 200),), sampling=Sampling(max_tokens=16))
     with pytest.raises(ReplayMiss) as exc:
         list(replay.run([reqs[0], long]))
     assert "'" + "x" * 80 + "'" in str(exc.value) and "x" * 81 not in str(exc.value)

@@ -25,7 +25,7 @@ from context_effects.llm.secrets import (  # noqa: E402
     required_env_vars,
 )
 from context_effects.llm.store import ResponseStore  # noqa: E402
-from context_effects.llm.types import LLMRequest, LLMResult, ModelRef  # noqa: E402
+from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
 
 MODELS = {
     "qwen": {"backend": "vllm", "model_id": "Qwen/Qwen2.5-7B-Instruct"},
@@ -111,7 +111,10 @@ class LeakyBackend(Backend):
 def test_keys_never_reach_results_ledger_or_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "sk-test-TOPSECRET987654"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    reqs = [LLMRequest(model=ModelRef("openai", "gpt-4o"), messages=(("user", f"q{i}"),)) for i in range(3)]
+    reqs = [
+        LLMRequest(model=ModelRef("openai", "gpt-4o"), messages=(("user", f"q{i}"),), sampling=Sampling(max_tokens=16))
+        for i in range(3)
+    ]
     store = ResponseStore(tmp_path / "store")
     led = Ledger(tmp_path / "ledger.json")
     out = run_requests(reqs, LeakyBackend(), store, ledger=led, progress=False)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import model_cache
-from context_effects.llm.judging import RATING_SCHEMA
+from context_effects.conformity.replies import RATING_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 try:

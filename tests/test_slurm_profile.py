@@ -144,12 +144,14 @@ def test_slurm_profile_gpu_tags_on_local_model_rules(workdir):
     from context_effects.config import load_config, validate_config
     from context_effects.llm.factory import model_ref
     from context_effects.llm.shards import write_request_shard
-    from context_effects.llm.types import LLMRequest
+    from context_effects.llm.types import LLMRequest, Sampling
 
     cfg = validate_config(load_config(REPO / "config" / "config.yaml"))
     targets = []
     for model in ("qwen2.5-7b", "gemma-2-9b", "gpt-4o"):
-        req = LLMRequest(model=model_ref(model, cfg["models"][model]), messages=(("user", "Hi"),))
+        req = LLMRequest(
+            model=model_ref(model, cfg["models"][model]), messages=(("user", "Hi"),), sampling=Sampling(max_tokens=300)
+        )
         write_request_shard(workdir / "results" / "requests" / "smoke" / "gen" / model / "0000.parquet", [req])
         targets.append(f"results/responses/smoke/gen/{model}/0000.parquet")
     calls = _submit(

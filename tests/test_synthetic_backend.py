@@ -9,17 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from context_effects.llm.backends.synthetic import (
-    DEFAULTS,
-    ENGINE_VERSION,
-    SyntheticBackend,
-    amel_expected_bias_score,
-    model_revision,
-    parse_quality_tag,
-    planted_effects,
-    rating_probabilities,
-)
-from context_effects.llm.judging import RATING_SCHEMA, parse_rating, reask_with_reminder
+from context_effects.amel.synthetic import amel_expected_bias_score, amel_p_yes
+from context_effects.anchoring.synthetic import anchoring_blind_mean
+from context_effects.conformity.replies import parse_rating, rating_policy
+from context_effects.conformity.synthetic import DEFAULTS, parse_quality_tag, rating_probabilities, trial_baseline
+from context_effects.llm.backends.synthetic import ENGINE_VERSION, SyntheticBackend, model_revision, planted_effects
+from context_effects.conformity.replies import RATING_SCHEMA
+from context_effects.llm.replies import ReplyPolicy
 from context_effects.llm.runner import run_requests
 from context_effects.llm.store import ResponseStore
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling
@@ -31,7 +27,7 @@ def req(meta, text="Question?", *, model=MODEL, attempt=0, sample_index=0, sampl
     return LLMRequest(
         model=ModelRef(provider="synthetic", model_id=model),
         messages=(("user", text),),
-        sampling=sampling or Sampling(),
+        sampling=sampling or Sampling(max_tokens=300),
         sample_index=sample_index,
         attempt=attempt,
         mode=mode,
@@ -167,7 +163,7 @@ def test_anchors_pinned_and_condition_shifts_recovered():
         assert diff.mean() == pytest.approx(pe["eta"][c], abs=4 * se)
         assert diff.std() == pytest.approx(math.sqrt(2) * pe["sigma_theta"], rel=0.1)
     assert thetas["round1"].std() == pytest.approx(math.hypot(pe["sigma_b"], pe["sigma_theta"]), rel=0.1)
-    assert thetas["round1"][0] == pytest.approx(b.trial_baseline("q0", MODEL), abs=5 * pe["sigma_theta"])
+    assert thetas["round1"][0] == pytest.approx(trial_baseline(b, "q0", MODEL), abs=5 * pe["sigma_theta"])
 
 
 def test_empty_generations_and_retry_through_runner(tmp_path):
@@ -183,7 +179,7 @@ def test_empty_generations_and_retry_through_runner(tmp_path):
         store,
         progress=False,
         max_attempts=6,
-        validator=lambda t: (t, None if t.strip() else "empty_generation"),
+        reply_policy=ReplyPolicy("test", lambda t: (t, None if t.strip() else "empty_generation")),
     )
     # 0.3**6 * 200 ≈ 0.15 expected final misses: each is recorded with its reason, never as text.
     good = [r for r in out if r.ok and r.text]
@@ -225,8 +221,7 @@ def test_judge_frequencies_match_ordered_logistic_and_failures_are_reasked(tmp_p
         b,
         ResponseStore(tmp_path / "s"),
         progress=False,
-        validator=parse_rating,
-        reask=reask_with_reminder,
+        reply_policy=rating_policy(),
         max_attempts=4,
     )
     assert all(r.ok and parse_rating(r.text)[1] is None for r in out)
@@ -307,13 +302,13 @@ def test_amel_bias_scores_recover_planted_values():
 
 def test_amel_items_mix_and_framing_flips_semantics_only():
     b = SyntheticBackend(model_name=MODEL)
-    p = np.array([b.amel_p_yes(f"it{i}") for i in range(2000)])
+    p = np.array([amel_p_yes(b, f"it{i}") for i in range(2000)])
     det = (p < 0.05) | (p > 0.95)
     assert 0.4 < det.mean() < 0.65  # near-deterministic and uncertain items
     tau = b.planted_effects()["amel"]["yes_bias"]
     for i in range(20):
         logit = lambda q: math.log(q / (1 - q))
-        std, sw = b.amel_p_yes(f"it{i}"), b.amel_p_yes(f"it{i}", framing="swapped")
+        std, sw = amel_p_yes(b, f"it{i}"), amel_p_yes(b, f"it{i}", framing="swapped")
         # semantic part flips, token-level yes-bias stays: mean of the two logits is τ
         assert (logit(std) + logit(sw)) / 2 == pytest.approx(tau, abs=1e-9)
 
@@ -321,15 +316,16 @@ def test_amel_items_mix_and_framing_flips_semantics_only():
 def test_amel_sampling_logprobs_and_completion_mode():
     b = SyntheticBackend(model_name=MODEL)
     m = amel_meta("it3", "yes_saturated", 10)
-    p = b.amel_p_yes("it3", "yes_saturated", 10)
+    p = amel_p_yes(b, "it3", "yes_saturated", 10)
     texts = [one(b, req(m, "x", sample_index=i, mode="completion")).text for i in range(3000)]
     assert set(texts) <= {"Yes", "No"}
     assert np.mean([t == "Yes" for t in texts]) == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / 3000) + 1e-3)
-    res = one(b, req(m, "x", sampling=Sampling(logprobs=5)))
+    res = one(b, req(m, "x", sampling=Sampling(max_tokens=300, logprobs=5)))
     assert res.probe_probs == pytest.approx({"Yes": p, "No": 1 - p})
     assert res.first_token_logprobs == pytest.approx({"Yes": math.log(p), "No": math.log(1 - p)})
     assert one(b, req(m, "x")).probe_probs is None
-    assert one(b, req(m, "x", sampling=Sampling(probe_tokens=("Yes", " Yes")))).probe_probs == pytest.approx({"Yes": p})
+    probes = Sampling(max_tokens=300, probe_tokens=("Yes", " Yes"))
+    assert one(b, req(m, "x", sampling=probes)).probe_probs == pytest.approx({"Yes": p})
     assert (
         amel_expected_bias_score(MODEL, None, "no_saturated", 20)
         < amel_expected_bias_score(MODEL, None, "no_saturated", 5)
@@ -366,7 +362,8 @@ def test_anchoring_pull_recovers_lambda():
             scores[cond] = np.mean(rs)
         x.append(prior - scores["blind"])
         y.append(scores["anchor"] - scores["blind"])
-        af.append(scores["anchor"] - scores["framing"] - ph["lambda"] * (prior - b.anchoring_blind_mean(f"t{t}", gold)))
+        pull = ph["lambda"] * (prior - anchoring_blind_mean(b, f"t{t}", gold))
+        af.append(scores["anchor"] - scores["framing"] - pull)
     slope, intercept = np.polyfit(x, y, 1)
     assert slope == pytest.approx(ph["lambda"], abs=0.06)
     assert intercept == pytest.approx(ph["framing_shift"], abs=0.06)

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import model_cache
-from context_effects.llm.judging import RATING_SCHEMA
+from context_effects.conformity.replies import RATING_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
 try:
@@ -89,11 +89,13 @@ def shut_down(backend: VLLMBackend) -> None:
 
 def chat(model: str, text: str, system: str | None = None, **sampling) -> LLMRequest:
     messages = ((("system", system),) if system else ()) + (("user", text),)
-    return LLMRequest(ModelRef("vllm", model), messages, Sampling(**sampling))
+    return LLMRequest(ModelRef("vllm", model), messages, Sampling(**{"max_tokens": 300, **sampling}))
 
 
 def completion(model: str, prompt: str, **sampling) -> LLMRequest:
-    return LLMRequest(ModelRef("vllm", model), (("user", prompt),), Sampling(**sampling), mode="completion")
+    return LLMRequest(
+        ModelRef("vllm", model), (("user", prompt),), Sampling(**{"max_tokens": 300, **sampling}), mode="completion"
+    )
 
 
 # --------------------------------------------------------------------------- no engine

@@ -1,7 +1,8 @@
 """The dataset layer: benchmark files or hub splits -> one normalised item table.
 
-Study C (SPEC §4.1) asks open-ended questions drawn from TruthfulQA (generation
-split), MMLU-Pro (test) and ARC-Challenge (test). Whatever the source layout, every
+Study C (seed 002, The Evaluator Is Part of the Experiment, §2.2 "Datasets") asks
+open-ended questions drawn from TruthfulQA (generation split), MMLU-Pro (test) and
+ARC-Challenge (test). Whatever the source layout, every
 item becomes one row of ``ITEM_SCHEMA``: question, gold answer text, correct and
 incorrect answer texts, the item's own option labels (ARC uses '1'-'4' on some
 items; never assume A-D), and one fixed wrong attractor.
@@ -9,8 +10,8 @@ items; never assume A-D), and one fixed wrong attractor.
 Wrong-attractor rule (cited by the paper config)
 ------------------------------------------------
 Each item gets exactly one wrong attractor, chosen once and reused by every
-wrong-endorsing condition (the predecessor code drew one per condition, which
-confounded condition with attractor)::
+wrong-endorsing condition (an attractor drawn per condition would confound the
+condition with the attractor)::
 
     attractor_index = int.from_bytes(
         sha256(f"{attractor_seed}:{item_id}".encode()).digest()[:8], "big"
@@ -25,7 +26,7 @@ TruthfulQA's "Incorrect Answers"; for multiple-choice items every option except
 the keyed one. For multiple-choice items ``attractor_label`` is the label of the
 first option carrying that text.
 
-Cleaning (stated so the counts can be checked against the provenance notes)
+Cleaning (stated so the counts can be checked against the source files)
 ---------------------------------------------------------------------------
 - Answer and option texts are whitespace-stripped (140 MMLU-Pro options end in a
   space). TruthfulQA answer lists are split on ';' like the HF loading script,

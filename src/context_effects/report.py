@@ -79,7 +79,7 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
     run = manifest.get("config", {}).get("run", {})
     base = Path(base)
     lines = [f"# Run report: {run.get('label', '?')} ({run.get('kind', '?')})", ""]
-    for note in run_notes(run) + list(manifest.get("notes", [])):
+    for note in run_notes(run.get("kind")) + list(manifest.get("notes", [])):
         lines += [f"> {note}", ""]
     tables = {Path(p): pd.read_csv(p) for p in table_paths}
 
@@ -109,7 +109,7 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
             continue
         rel = p.relative_to(base) if p.is_relative_to(base) else p
         lines += [f"### `{rel}`", "", _caption(p), "", _markdown(df), ""]
-        lines += [f"*{note}*" for note in _notes(p) if note not in run_notes(run)] + [""]
+        lines += [f"*{note}*" for note in _notes(p) if note not in run_notes(run.get("kind"))] + [""]
     lines += ["## Figures", ""]
     lines += [f"- `{Path(f).relative_to(base) if Path(f).is_relative_to(base) else f}`" for f in figure_paths]
     return "\n".join(lines) + "\n"

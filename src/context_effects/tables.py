@@ -97,9 +97,9 @@ def write_table(
     Path(tex_path).write_text(to_latex(df, caption, label, formats, notes, align))
 
 
-def run_notes(run_config: Mapping[str, object]) -> list[str]:
-    """The caveat every table of a non-paper run carries (demo models, synthetic data)."""
-    kind = run_config.get("kind")
+def run_notes(kind: str | None) -> list[str]:
+    """The caveat every table and figure of a non-paper run carries (``run.kind``:
+    demo models, synthetic data); a paper run carries none."""
     if kind == "demo":
         return ["Embedded default (demo): tiny local models on a few items; these numbers "
                 "show the pipeline works and are not findings."]

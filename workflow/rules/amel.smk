@@ -1,25 +1,26 @@
 # Study A (seed 000): accumulated message effects. Per domain an item table (test
 # items and the history pool) -> per model x domain one request shard (answered by
 # the generic rules of llm.smk) -> P(Yes) per cell and bias scores -> one table and
-# one figure per analysis, each by its own job.
+# one figure per analysis (context_effects.amel.outputs), each by its own job.
+# Paths, targets and settings: context_effects.amel.dag.
 
 
 rule amel_items:
     """One domain's Yes/No items: answer verification from a benchmark, or an item file."""
     input:
-        unpack(amel_domain_source),
+        unpack(lambda wildcards: amel_dag.domain_source(config, wildcards.domain)),
     output:
         "results/amel/items/{domain}.parquet",
     log:
         "logs/amel/items/{domain}.log",
     wildcard_constraints:
-        domain=name_regex(amel_domains()),
+        domain=dag.name_regex(amel_dag.domains(config)),
     conda:
         "../../envs/amel.yaml"
     resources:
-        **rule_resources("amel_items", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "amel_items", runtime=10, mem_mb=2000),
     params:
-        settings=amel_settings(AMEL_ITEM_KEYS),
+        settings=amel_dag.item_settings(config),
     script:
         "../scripts/amel_items.py"
 
@@ -33,15 +34,15 @@ rule amel_requests:
     log:
         "logs/amel/requests/{model}/{domain}.log",
     wildcard_constraints:
-        domain=name_regex(amel_domains()),
-        model=name_regex(amel_models()),
+        domain=dag.name_regex(amel_dag.domains(config)),
+        model=dag.name_regex(amel_dag.models(config)),
     conda:
         "../../envs/amel.yaml"
     resources:
-        **rule_resources("amel_requests", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "amel_requests", runtime=10, mem_mb=4000),
     params:
         model=lambda wildcards: config["models"][wildcards.model],
-        settings=amel_settings(AMEL_DESIGN_KEYS),
+        settings=amel_dag.design_settings(config),
     script:
         "../scripts/amel_requests.py"
 
@@ -49,7 +50,7 @@ rule amel_requests:
 rule amel_scores:
     """P(Yes) of every model x item x cell, and the bias score of every treatment cell."""
     input:
-        responses=amel_response_shards,
+        responses=amel_dag.response_shards(config),
     output:
         probabilities="results/amel/probabilities.parquet",
         bias_scores="results/amel/bias_scores.parquet",
@@ -58,10 +59,10 @@ rule amel_scores:
     conda:
         "../../envs/amel.yaml"
     resources:
-        **rule_resources("amel_scores", runtime=20, mem_mb=8000),
+        **dag.rule_resources(config, "amel_scores", runtime=20, mem_mb=8000),
     params:
-        models={m: config["models"][m] for m in config["amel"]["models"]},
-        settings=amel_settings(("entropy_threshold_bits",)),
+        models=amel_dag.score_models(config),
+        settings=amel_dag.score_settings(config),
     script:
         "../scripts/amel_scores.py"
 
@@ -69,45 +70,46 @@ rule amel_scores:
 rule amel_table:
     """One analysis table (CSV with full precision, LaTeX for the paper)."""
     input:
-        probabilities="results/amel/probabilities.parquet",
-        bias_scores="results/amel/bias_scores.parquet",
+        unpack(lambda wildcards: registry("amel").table(wildcards.name).inputs(config)),
     output:
-        csv="results/tables/amel/{analysis}.csv",
-        tex="results/tables/amel/{analysis}.tex",
+        csv="results/tables/amel/{name}.csv",
+        tex="results/tables/amel/{name}.tex",
     log:
-        "logs/amel/table/{analysis}.log",
+        "logs/amel/table/{name}.log",
     wildcard_constraints:
-        analysis="|".join(AMEL_ANALYSES),
+        name=dag.name_regex(registry("amel").names(TableSpec, "analysis")),
     conda:
         "../../envs/amel.yaml"
     resources:
-        **rule_resources("amel_table", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "amel_table", runtime=10, mem_mb=4000),
     params:
-        settings=amel_settings(("framing_history_lengths",)),
-        run=config["run"],
+        study="amel",
+        settings=lambda wildcards: registry("amel")
+        .table(wildcards.name)
+        .settings(config),
     script:
-        "../scripts/amel_table.py"
+        "../scripts/write_table.py"
 
 
 rule amel_figure:
     """One analysis figure, drawn from its table and the item-level scores."""
     input:
-        table="results/tables/amel/{analysis}.csv",
-        probabilities="results/amel/probabilities.parquet",
-        bias_scores="results/amel/bias_scores.parquet",
+        unpack(lambda wildcards: registry("amel").figure(wildcards.name).inputs(config)),
     output:
-        pdf="results/figures/amel/{analysis}.pdf",
-        png="results/figures/amel/{analysis}.png",
+        pdf="results/figures/amel/{name}.pdf",
+        png="results/figures/amel/{name}.png",
     log:
-        "logs/amel/figure/{analysis}.log",
+        "logs/amel/figure/{name}.log",
     wildcard_constraints:
-        analysis="|".join(AMEL_ANALYSES),
+        name=dag.name_regex(registry("amel").names(FigureSpec, "analysis")),
     conda:
         "../../envs/amel.yaml"
     resources:
-        **rule_resources("amel_figure", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "amel_figure", runtime=10, mem_mb=4000),
     params:
-        settings=amel_settings(("entropy_threshold_bits",)),
-        run=config["run"],
+        study="amel",
+        settings=lambda wildcards: registry("amel")
+        .figure(wildcards.name)
+        .settings(config),
     script:
-        "../scripts/amel_figure.py"
+        "../scripts/draw_figure.py"

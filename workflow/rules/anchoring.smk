@@ -1,14 +1,14 @@
 # Study H (seed 001): the history-anchoring benchmark. Tasks (fixed answer, rubric,
 # gold score, balanced prior design) -> one request shard per judge (the model run,
 # answered by the generic rules of llm.smk) -> a result file per model run -> the
-# summary tables and the pull-distribution figure.
+# summary tables and the pull-distribution figure (context_effects.anchoring.outputs).
+# Paths, targets and settings: context_effects.anchoring.dag.
 
 
 rule anchoring_tasks:
     """Tasks from the benchmarks' items and the task files, with the prior-score design."""
     input:
-        item_tables=items_for(config["anchoring"]["benchmark_datasets"]),
-        task_files=config["anchoring"]["task_files"],
+        **anchoring_dag.task_inputs(config),
     output:
         "results/anchoring/tasks.parquet",
     log:
@@ -16,10 +16,10 @@ rule anchoring_tasks:
     conda:
         "../../envs/anchoring.yaml"
     resources:
-        **rule_resources("anchoring_tasks", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "anchoring_tasks", runtime=10, mem_mb=2000),
     params:
-        datasets=config["anchoring"]["benchmark_datasets"],
-        settings=anchoring_settings(*ANCHORING_TASK_KEYS),
+        datasets=anchoring_dag.benchmark_datasets(config),
+        settings=anchoring_dag.task_settings(config),
     script:
         "../scripts/anchoring_tasks.py"
 
@@ -33,14 +33,14 @@ rule anchoring_requests:
     log:
         "logs/anchoring/requests/{judge}.log",
     wildcard_constraints:
-        judge=name_regex(config["anchoring"]["judges"]),
+        judge=dag.name_regex(anchoring_dag.judges(config)),
     conda:
         "../../envs/anchoring.yaml"
     resources:
-        **rule_resources("anchoring_requests", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "anchoring_requests", runtime=10, mem_mb=2000),
     params:
         model=lambda wildcards: config["models"][wildcards.judge],
-        settings=anchoring_settings(*ANCHORING_REQUEST_KEYS),
+        settings=anchoring_dag.request_settings(config),
     script:
         "../scripts/anchoring_requests.py"
 
@@ -55,33 +55,70 @@ rule anchoring_score:
     log:
         "logs/anchoring/score/{judge}.log",
     wildcard_constraints:
-        judge=name_regex(config["anchoring"]["judges"]),
+        judge=dag.name_regex(anchoring_dag.judges(config)),
     conda:
         "../../envs/anchoring.yaml"
     resources:
-        **rule_resources("anchoring_score", runtime=20, mem_mb=4000),
+        **dag.rule_resources(config, "anchoring_score", runtime=20, mem_mb=4000),
     params:
         model=lambda wildcards: config["models"][wildcards.judge],
-        settings=anchoring_settings(*ANCHORING_SCORE_KEYS),
-        run=anchoring_run_info(),
+        settings=anchoring_dag.score_settings(config),
+        run=anchoring_dag.run_info(config),
     script:
         "../scripts/anchoring_score.py"
 
 
-rule anchoring_report:
-    """Summary tables (CSV + LaTeX) and the per-task pull distribution of every judge."""
+rule anchoring_table:
+    """One summary table over every judge's result file (CSV + LaTeX)."""
     input:
-        results=anchoring_results(),
+        unpack(
+            lambda wildcards: registry("anchoring")
+            .table(wildcards.name)
+            .inputs(config)
+        ),
     output:
-        **anchoring_report_outputs(),
+        csv="results/tables/anchoring/{name}.csv",
+        tex="results/tables/anchoring/{name}.tex",
     log:
-        "logs/anchoring/report.log",
+        "logs/anchoring/table/{name}.log",
+    wildcard_constraints:
+        name=dag.name_regex(registry("anchoring").names(TableSpec, "report")),
     conda:
         "../../envs/anchoring.yaml"
     resources:
-        **rule_resources("anchoring_report", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "anchoring_table", runtime=10, mem_mb=2000),
     params:
-        tables=ANCHORING_TABLES,
-        run=anchoring_run_info(),
+        study="anchoring",
+        settings=lambda wildcards: registry("anchoring")
+        .table(wildcards.name)
+        .settings(config),
     script:
-        "../scripts/anchoring_report.py"
+        "../scripts/write_table.py"
+
+
+rule anchoring_figure:
+    """The per-task pull distribution of every judge (PDF + PNG)."""
+    input:
+        unpack(
+            lambda wildcards: registry("anchoring")
+            .figure(wildcards.name)
+            .inputs(config)
+        ),
+    output:
+        pdf="results/figures/anchoring/{name}.pdf",
+        png="results/figures/anchoring/{name}.png",
+    log:
+        "logs/anchoring/figure/{name}.log",
+    wildcard_constraints:
+        name=dag.name_regex(registry("anchoring").names(FigureSpec, "report")),
+    conda:
+        "../../envs/anchoring.yaml"
+    resources:
+        **dag.rule_resources(config, "anchoring_figure", runtime=10, mem_mb=2000),
+    params:
+        study="anchoring",
+        settings=lambda wildcards: registry("anchoring")
+        .figure(wildcards.name)
+        .settings(config),
+    script:
+        "../scripts/draw_figure.py"

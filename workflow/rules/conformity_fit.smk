@@ -1,6 +1,7 @@
-# Study C measurement model: one fit per (dataset, variant) from the ratings table,
-# posterior draws + summary + diagnostics per fit, and the paper's model-based
-# tables from the summaries.
+# Study C measurement model (seed 002, "Measurement model", App. C): one fit per
+# (dataset, variant) from the ratings table, posterior draws + summary + diagnostics
+# per fit, and the registry's `fit` tables from the summaries. Which fits exist is
+# decided once, by context_effects.measurement.pipeline.fit_plan.
 
 
 rule conformity_fit:
@@ -17,16 +18,20 @@ rule conformity_fit:
     benchmark:
         "benchmarks/conformity_fit/{dataset}/{variant}.tsv"
     wildcard_constraints:
-        variant=name_regex(FIT_VARIANTS),
+        variant=dag.name_regex(conformity_dag.fit_variants(config)),
     conda:
         "../../envs/measurement.yaml"
-    threads: fit_threads()
+    threads: conformity_dag.fit_threads(config)
     resources:
-        **rule_resources("conformity_fit", runtime=1440, mem_mb=8000),
+        **dag.rule_resources(config, "conformity_fit", runtime=1440, mem_mb=8000),
     params:
-        spec=fit_spec,
-        settings=fit_settings(),
-        families=fit_families,
+        spec=lambda wildcards: conformity_dag.fit_spec(
+            config, wildcards.dataset, wildcards.variant
+        ),
+        settings=conformity_dag.fit_settings(config),
+        families=lambda wildcards: conformity_dag.fit_families(
+            config, wildcards.dataset, wildcards.variant
+        ),
     script:
         "../scripts/fit_model.py"
 
@@ -42,29 +47,36 @@ rule conformity_quality:
     conda:
         "../../envs/measurement.yaml"
     resources:
-        **rule_resources("conformity_quality", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "conformity_quality", runtime=10, mem_mb=2000),
     script:
         "../scripts/fit_quality.py"
 
 
 rule conformity_fit_table:
-    """One of seed 002's model-based tables (3, 4, 9, 10-12, 17, 20) from fit summaries."""
+    """One model-based table (3, 4, 9, 10-12, 17, 20) from the summaries of its fits."""
     input:
-        fit_table_inputs,
+        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
     output:
-        csv="results/tables/conformity/table{table}.csv",
-        tex="results/tables/conformity/table{table}.tex",
+        csv=report(
+            "results/tables/conformity/{name}.csv",
+            caption="../report/registry_caption.rst",
+            category="Study C: open-ended conformity",
+            subcategory="Tables",
+        ),
+        tex="results/tables/conformity/{name}.tex",
     log:
-        "logs/conformity/tables/table{table}.log",
+        "logs/conformity/tables/{name}.log",
     wildcard_constraints:
-        table="|".join(TABLES),
+        name=dag.name_regex(registry("conformity").names(TableSpec, "fit")),
     conda:
         "../../envs/measurement.yaml"
     resources:
-        **rule_resources("conformity_fit_table", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "conformity_fit_table", runtime=10, mem_mb=2000),
     params:
-        conformity=config["conformity"],
-        models=config["models"],
-        run=config["run"],
+        study="conformity",
+        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
+        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
+            config
+        ),
     script:
-        "../scripts/fit_tables.py"
+        "../scripts/write_table.py"

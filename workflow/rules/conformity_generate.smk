@@ -16,11 +16,13 @@ rule conformity_round1_requests:
         corpus="main|decomp",
         seed=r"\d+",
         shard=r"\d{3}",
-        generator=name_regex(config["conformity"]["generators"]),
+        generator=dag.name_regex(conformity_dag.generators(config)),
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_round1_requests", runtime=10, mem_mb=2000),
+        **dag.rule_resources(
+            config, "conformity_round1_requests", runtime=10, mem_mb=2000
+        ),
     params:
         model=lambda wildcards: config["models"][wildcards.generator],
         generation=config["conformity"]["generation"],
@@ -41,11 +43,13 @@ rule conformity_round2_requests:
         corpus="main|decomp",
         seed=r"\d+",
         shard=r"\d{3}",
-        generator=name_regex(config["conformity"]["generators"]),
+        generator=dag.name_regex(conformity_dag.generators(config)),
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_round2_requests", runtime=10, mem_mb=2000),
+        **dag.rule_resources(
+            config, "conformity_round2_requests", runtime=10, mem_mb=2000
+        ),
     params:
         model=lambda wildcards: config["models"][wildcards.generator],
         generation=config["conformity"]["generation"],
@@ -64,11 +68,13 @@ rule conformity_anchor_requests:
         "logs/conformity/requests/anchors/{generator}/{dataset}-{shard}.log",
     wildcard_constraints:
         shard=r"\d{3}",
-        generator=name_regex(config["conformity"]["generators"][:1]),
+        generator=dag.name_regex(conformity_dag.anchor_generator(config)),
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_anchor_requests", runtime=10, mem_mb=2000),
+        **dag.rule_resources(
+            config, "conformity_anchor_requests", runtime=10, mem_mb=2000
+        ),
     params:
         model=lambda wildcards: config["models"][wildcards.generator],
         generation=config["conformity"]["generation"],
@@ -81,8 +87,12 @@ rule conformity_answers:
     """Every answer of a dataset (all generators, executions, arms) plus the anchors."""
     input:
         item_table="results/items/{dataset}.parquet",
-        responses=conformity_response_shards,
-        anchors=anchor_response_shards,
+        responses=lambda wildcards: conformity_dag.response_shards(
+            config, wildcards.dataset
+        ),
+        anchors=lambda wildcards: conformity_dag.anchor_response_shards(
+            config, wildcards.dataset
+        ),
     output:
         "results/conformity/answers/{dataset}.parquet",
     log:
@@ -90,7 +100,7 @@ rule conformity_answers:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_answers", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "conformity_answers", runtime=10, mem_mb=4000),
     params:
         generation=config["conformity"]["generation"],
     script:

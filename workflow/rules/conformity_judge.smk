@@ -1,6 +1,6 @@
-# Study C (seed 002 §2.1, App. B): every answer rated blind by every judge, every
-# peer-presented answer rated again informed, anchors scored with and without the
-# gold reference. Requests are answered by the generic rules of llm.smk.
+# Study C (seed 002, "Judging" and App. B): every answer rated blind by every judge,
+# every peer-presented answer rated again informed, anchors scored with and without
+# the gold reference. Requests are answered by the generic rules of llm.smk.
 
 
 rule conformity_judge_requests:
@@ -14,16 +14,18 @@ rule conformity_judge_requests:
         "logs/conformity/requests/judge/{judge}/{dataset}-{shard}.log",
     wildcard_constraints:
         shard=r"\d{3}",
-        judge=name_regex(
-            config["conformity"]["judges"] + config["conformity"]["hosted_judges"]
-        ),
+        judge=dag.name_regex(conformity_dag.all_judges(config)),
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_judge_requests", runtime=10, mem_mb=4000),
+        **dag.rule_resources(
+            config, "conformity_judge_requests", runtime=10, mem_mb=4000
+        ),
     params:
         model=lambda wildcards: config["models"][wildcards.judge],
-        conformity=config["conformity"],
+        judging=config["conformity"]["judging"],
+        block=lambda wildcards: conformity_dag.judge_block(config, wildcards.judge),
+        primary_seed=config["conformity"]["primary_seed"],
         seed=config["sampling"]["seed"],
     script:
         "../scripts/conformity_judge_requests.py"
@@ -32,7 +34,9 @@ rule conformity_judge_requests:
 rule conformity_ratings:
     """The ratings table of a dataset: every judge request, misses recorded with their reason."""
     input:
-        responses=judge_response_shards,
+        responses=lambda wildcards: conformity_dag.judge_response_shards(
+            config, wildcards.dataset
+        ),
     output:
         "results/conformity/ratings/{dataset}.parquet",
     log:
@@ -40,7 +44,7 @@ rule conformity_ratings:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_ratings", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "conformity_ratings", runtime=10, mem_mb=4000),
     params:
         hosted_judges=config["conformity"]["hosted_judges"],
     script:

@@ -1,6 +1,6 @@
-# Rules of conformity_metrics; see the matching common_*.smk for their functions.
 # Study C external validation (seed 002 App. E, F.1, F.2) and the model, package and
-# budget tables (Tables 6-8): per-answer metric rows per dataset, then one rule per table.
+# budget tables (Tables 6-8): per-answer metric rows per dataset, then every table of
+# the registry's `metrics` stage (context_effects.conformity.outputs) by one rule.
 
 
 rule metrics_nltk_data:
@@ -12,7 +12,7 @@ rule metrics_nltk_data:
     conda:
         "../../envs/metrics.yaml"
     resources:
-        **rule_resources("metrics_nltk_data", runtime=10, mem_mb=2000),
+        **dag.rule_resources(config, "metrics_nltk_data", runtime=10, mem_mb=2000),
     params:
         wordnet_dir=config["conformity"]["validation"]["wordnet_dir"],
     script:
@@ -36,7 +36,9 @@ rule conformity_text_metrics:
         "../../envs/metrics.yaml"
     threads: 1
     resources:
-        **rule_resources("conformity_text_metrics", runtime=120, mem_mb=4000),
+        **dag.rule_resources(
+            config, "conformity_text_metrics", runtime=120, mem_mb=4000
+        ),
     params:
         kind="text",
         validation=config["conformity"]["validation"],
@@ -60,9 +62,11 @@ rule conformity_neural_metrics:
         "../../envs/metrics.yaml"
     threads: config["run"]["threads_per_job"]
     resources:
-        **rule_resources("conformity_neural_metrics", runtime=120, mem_mb=8000),
+        **dag.rule_resources(
+            config, "conformity_neural_metrics", runtime=120, mem_mb=8000
+        ),
         gpu=config["conformity"]["validation"]["gpu"]["count"],
-        gpu_model=metric_gpu_type,
+        gpu_model=conformity_dag.metric_gpu_type(config),
     params:
         kind="neural",
         validation=config["conformity"]["validation"],
@@ -86,9 +90,11 @@ rule conformity_classifier_metrics:
         "../../envs/metrics.yaml"
     threads: config["run"]["threads_per_job"]
     resources:
-        **rule_resources("conformity_classifier_metrics", runtime=240, mem_mb=32000),
+        **dag.rule_resources(
+            config, "conformity_classifier_metrics", runtime=240, mem_mb=32000
+        ),
         gpu=config["conformity"]["validation"]["gpu"]["count"],
-        gpu_model=metric_gpu_type,
+        gpu_model=conformity_dag.metric_gpu_type(config),
     params:
         kind="classifiers",
         validation=config["conformity"]["validation"],
@@ -109,177 +115,38 @@ rule conformity_metrics_rows:
     conda:
         "../../envs/metrics.yaml"
     resources:
-        **rule_resources("conformity_metrics_rows", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "conformity_metrics_rows", runtime=10, mem_mb=4000),
     script:
         "../scripts/metrics_merge.py"
 
 
-rule conformity_table13:
-    """Table 13: ROUGE-L recall/F1, METEOR and BLEU of Round 2 answers."""
+rule conformity_metrics_table:
+    """One table of the metrics stage (6-8, 13-16, 18, 19)."""
     input:
-        metrics=merged_metrics(),
+        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
     output:
-        **metrics_table_files("table13"),
-    log:
-        "logs/conformity_metrics/table13.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table13", runtime=10, mem_mb=4000),
-    params:
-        table="table13",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table14:
-    """Table 14: SBERT similarity to gold and peer block, BERTScore F1."""
-    input:
-        metrics=merged_metrics(),
-        infos=metric_infos(["neural"]),
-    output:
-        **metrics_table_files("table14"),
-    log:
-        "logs/conformity_metrics/table14.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table14", runtime=10, mem_mb=4000),
-    params:
-        table="table14",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table15:
-    """Table 15: Spearman rho of blind latent quality with each external metric."""
-    input:
-        metrics=merged_metrics(),
-        quality=quality_tables(),
-    output:
-        **metrics_table_files("table15"),
-    log:
-        "logs/conformity_metrics/table15.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table15", runtime=10, mem_mb=4000),
-    params:
-        table="table15",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table16:
-    """Table 16: NLI false endorsement and TruthfulQA truth/info judge scores."""
-    input:
-        metrics=merged_metrics(),
-    output:
-        **metrics_table_files("table16"),
-    log:
-        "logs/conformity_metrics/table16.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table16", runtime=10, mem_mb=4000),
-    params:
-        table="table16",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table18:
-    """Table 18: readability of Round 2 answers."""
-    input:
-        metrics=merged_metrics(),
-    output:
-        **metrics_table_files("table18"),
-    log:
-        "logs/conformity_metrics/table18.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table18", runtime=10, mem_mb=4000),
-    params:
-        table="table18",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table19:
-    """Table 19: difficulty terciles, condition shifts, question-level bootstrap CI."""
-    input:
-        ratings=ratings_tables(),
-    output:
-        **metrics_table_files("table19"),
-    log:
-        "logs/conformity_metrics/table19.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table19", runtime=10, mem_mb=4000),
-    params:
-        table="table19",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table6:
-    """Table 6: models with parameter counts (config; validation models as loaded)."""
-    input:
-        infos=metric_infos(),
-    output:
-        **metrics_table_files("table6"),
-    log:
-        "logs/conformity_metrics/table6.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table6", runtime=10, mem_mb=2000),
-    params:
-        table="table6",
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table7:
-    """Table 7: compute budget per stage from every benchmark file (a late rule)."""
-    input:
-        budget_inputs,
-    output:
-        **metrics_table_files("table7"),
-    log:
-        "logs/conformity_metrics/table7.log",
-    conda:
-        "../../envs/metrics.yaml"
-    resources:
-        **rule_resources("conformity_table7", runtime=10, mem_mb=2000),
-    params:
-        table="table7",
-        benchmark_root="benchmarks",
-        model_gpus=model_gpus(),
-        stage_gpus=metric_stage_gpus(),
-    script:
-        "../scripts/metrics_table.py"
-
-
-rule conformity_table8:
-    """Table 8: packages, checkpoints and settings as the jobs recorded them."""
-    input:
-        infos=metric_infos(),
-        answers=expand(
-            "results/conformity/answers/{dataset}.parquet", dataset=metrics_datasets()
+        csv=report(
+            "results/tables/conformity/{name}.csv",
+            caption="../report/registry_caption.rst",
+            category="Study C: open-ended conformity",
+            subcategory="Tables",
         ),
-    output:
-        **metrics_table_files("table8"),
+        tex="results/tables/conformity/{name}.tex",
     log:
-        "logs/conformity_metrics/table8.log",
+        "logs/conformity_metrics/{name}.log",
+    wildcard_constraints:
+        name=dag.name_regex(registry("conformity").names(TableSpec, "metrics")),
     conda:
         "../../envs/metrics.yaml"
     resources:
-        **rule_resources("conformity_table8", runtime=10, mem_mb=2000),
+        **dag.rule_resources(
+            config, "conformity_metrics_table", runtime=10, mem_mb=4000
+        ),
     params:
-        table="table8",
-        ledger_root="results/ledgers/conformity",
+        study="conformity",
+        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
+        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
+            config
+        ),
     script:
-        "../scripts/metrics_table.py"
+        "../scripts/write_table.py"

@@ -1,61 +1,6 @@
-# Study C's model-free results (seed 002 §3.1-3.2): each table and the figure by its
-# own rule, from the ratings and answers tables (context_effects.conformity.descriptive).
-
-
-rule conformity_table2:
-    """Table 2: mean blind ratings by dataset × peer condition and the correct - wrong gap."""
-    input:
-        ratings=expand(
-            "results/conformity/ratings/{dataset}.parquet",
-            dataset=config["conformity"]["datasets"],
-        ),
-    output:
-        csv="results/tables/conformity/table2.csv",
-        tex="results/tables/conformity/table2.tex",
-    log:
-        "logs/conformity/tables/table2.log",
-    conda:
-        "../../envs/data.yaml"
-    resources:
-        **rule_resources("conformity_table2", runtime=10, mem_mb=4000),
-    params:
-        datasets=config["conformity"]["datasets"],
-        primary_seed=config["conformity"]["primary_seed"],
-        run=config["run"],
-    script:
-        "../scripts/conformity_descriptive.py"
-
-
-use rule conformity_table2 as conformity_table5 with:
-    output:
-        csv="results/tables/conformity/table5.csv",
-        tex="results/tables/conformity/table5.tex",
-    log:
-        "logs/conformity/tables/table5.log",
-
-
-use rule conformity_table2 as conformity_agreement with:
-    output:
-        csv="results/tables/conformity/agreement.csv",
-        tex="results/tables/conformity/agreement.tex",
-    log:
-        "logs/conformity/tables/agreement.log",
-
-
-use rule conformity_table2 as conformity_parse_failures with:
-    output:
-        csv="results/tables/conformity/parse_failures.csv",
-        tex="results/tables/conformity/parse_failures.tex",
-    log:
-        "logs/conformity/tables/parse_failures.log",
-
-
-use rule conformity_table2 as conformity_rating_figure with:
-    output:
-        csv="results/figures/conformity/rating_distributions.csv",
-        pdf="results/figures/conformity/rating_distributions.pdf",
-    log:
-        "logs/conformity/figures/rating_distributions.log",
+# Study C's model-free results (seed 002, "Results"): the per-dataset revision pairs,
+# then every table and figure of the registry's `descriptive` stage
+# (context_effects.conformity.outputs) by one wildcard rule each.
 
 
 rule conformity_wrong_peer_revisions:
@@ -71,40 +16,71 @@ rule conformity_wrong_peer_revisions:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_wrong_peer_revisions", runtime=10, mem_mb=4000),
+        **dag.rule_resources(
+            config, "conformity_wrong_peer_revisions", runtime=10, mem_mb=4000
+        ),
     params:
         primary_seed=config["conformity"]["primary_seed"],
     script:
         "../scripts/conformity_revisions.py"
 
 
-rule conformity_flip_share:
-    """Share of flip-unchanged all-wrong revisions that still lost >= 1 blind rating point."""
+rule conformity_table:
+    """One model-free table (CSV + LaTeX) of the registry's descriptive stage."""
     input:
-        revisions=expand(
-            "results/conformity/revisions/{dataset}.parquet",
-            dataset=config["conformity"]["datasets"],
-        ),
+        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
     output:
-        csv="results/tables/conformity/flip_share.csv",
-        tex="results/tables/conformity/flip_share.tex",
+        csv=report(
+            "results/tables/conformity/{name}.csv",
+            caption="../report/registry_caption.rst",
+            category="Study C: open-ended conformity",
+            subcategory="Tables",
+        ),
+        tex="results/tables/conformity/{name}.tex",
     log:
-        "logs/conformity/tables/flip_share.log",
+        "logs/conformity/tables/{name}.log",
+    wildcard_constraints:
+        name=dag.name_regex(registry("conformity").names(TableSpec, "descriptive")),
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("conformity_flip_share", runtime=10, mem_mb=4000),
+        **dag.rule_resources(config, "conformity_table", runtime=10, mem_mb=4000),
     params:
-        datasets=config["conformity"]["datasets"],
-        primary_seed=config["conformity"]["primary_seed"],
-        run=config["run"],
+        study="conformity",
+        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
+        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
+            config
+        ),
     script:
-        "../scripts/conformity_descriptive.py"
+        "../scripts/write_table.py"
 
 
-use rule conformity_flip_share as conformity_table1 with:
+rule conformity_figure:
+    """One figure of the registry's descriptive stage, with the numbers it plots."""
+    input:
+        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
     output:
-        csv="results/tables/conformity/table1.csv",
-        tex="results/tables/conformity/table1.tex",
+        csv="results/figures/conformity/{name}.csv",
+        pdf="results/figures/conformity/{name}.pdf",
+        png=report(
+            "results/figures/conformity/{name}.png",
+            caption="../report/registry_caption.rst",
+            category="Study C: open-ended conformity",
+            subcategory="Figures",
+        ),
     log:
-        "logs/conformity/tables/table1.log",
+        "logs/conformity/figures/{name}.log",
+    wildcard_constraints:
+        name=dag.name_regex(registry("conformity").names(FigureSpec, "descriptive")),
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(config, "conformity_figure", runtime=10, mem_mb=4000),
+    params:
+        study="conformity",
+        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
+        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
+            config
+        ),
+    script:
+        "../scripts/draw_figure.py"

@@ -11,9 +11,9 @@ rule fetch_dataset:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("fetch_dataset", runtime=30, mem_mb=4000),
+        **dag.rule_resources(config, "fetch_dataset", runtime=30, mem_mb=4000),
     params:
-        hub=lambda wildcards: dataset_config(wildcards.dataset)["hub"],
+        hub=lambda wildcards: config["datasets"][wildcards.dataset]["hub"],
     script:
         "../scripts/fetch_dataset.py"
 
@@ -21,7 +21,7 @@ rule fetch_dataset:
 rule build_items:
     """Normalise, attach the per-item wrong attractor, sample and validate."""
     input:
-        raw=raw_dataset_input,
+        raw=lambda wildcards: dag.raw_dataset_input(config, wildcards.dataset),
     output:
         table="results/items/{dataset}.parquet",
     log:
@@ -31,10 +31,10 @@ rule build_items:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("build_items", runtime=15, mem_mb=4000),
+        **dag.rule_resources(config, "build_items", runtime=15, mem_mb=4000),
     params:
-        n_items=lambda wildcards: dataset_config(wildcards.dataset)["n_items"],
-        balance_by=lambda wildcards: dataset_config(wildcards.dataset)["balance_by"],
+        n_items=lambda wildcards: config["datasets"][wildcards.dataset]["n_items"],
+        balance_by=lambda wildcards: config["datasets"][wildcards.dataset]["balance_by"],
         sample_seed=config["sampling"]["seed"],
         attractor_seed=config["sampling"]["attractor_seed"],
     script:

@@ -13,12 +13,12 @@ rule convert_gguf_model:
     benchmark:
         "benchmarks/convert_gguf_model/{model}.tsv"
     wildcard_constraints:
-        model=name_regex(GGUF_MODELS),
+        model=dag.name_regex(dag.gguf_models(config)),
     conda:
         "../../envs/vllm.yaml"
     threads: config["run"]["threads_per_job"]
     resources:
-        **rule_resources("convert_gguf_model", runtime=30, mem_mb=8000),
+        **dag.rule_resources(config, "convert_gguf_model", runtime=30, mem_mb=8000),
     params:
         package=lambda wildcards: config["models"][wildcards.model]["source"]["package"],
     script:
@@ -29,7 +29,7 @@ rule answer_requests_vllm:
     """Answer one request shard with a local model on vLLM: one model load per job."""
     input:
         requests="results/requests/{study}/{stage}/{model}/{shard}.parquet",
-        model=model_files,
+        model=lambda wildcards: dag.model_files(config, wildcards.model),
     output:
         responses="results/responses/{study}/{stage}/{model}/{shard}.parquet",
         ledger="results/ledgers/{study}/{stage}/{model}/{shard}.json",
@@ -38,7 +38,7 @@ rule answer_requests_vllm:
     benchmark:
         "benchmarks/answer_requests/{study}/{stage}/{model}/{shard}.tsv"
     wildcard_constraints:
-        model=name_regex(VLLM_MODELS),
+        model=dag.name_regex(dag.vllm_models(config)),
         study="[a-z_]+",
         stage="[A-Za-z0-9_.-]+",
         shard="[A-Za-z0-9_.-]+",
@@ -46,9 +46,9 @@ rule answer_requests_vllm:
         "../../envs/vllm.yaml"
     threads: config["run"]["threads_per_job"]
     resources:
-        **rule_resources("answer_requests_vllm", runtime=240, mem_mb=32000),
-        gpu=model_gpus,
-        gpu_model=model_gpu_type,
+        **dag.rule_resources(config, "answer_requests_vllm", runtime=240, mem_mb=32000),
+        gpu=lambda wildcards: dag.model_gpus(config, wildcards.model),
+        gpu_model=lambda wildcards: dag.model_gpu_type(config, wildcards.model),
     params:
         model=lambda wildcards: config["models"][wildcards.model],
         replay=config["run"]["replay"],
@@ -68,14 +68,14 @@ rule answer_requests_remote:
     benchmark:
         "benchmarks/answer_requests/{study}/{stage}/{model}/{shard}.tsv"
     wildcard_constraints:
-        model=name_regex(REMOTE_MODELS),
+        model=dag.name_regex(dag.remote_models(config)),
         study="[a-z_]+",
         stage="[A-Za-z0-9_.-]+",
         shard="[A-Za-z0-9_.-]+",
     conda:
         "../../envs/llm-api.yaml"
     resources:
-        **rule_resources("answer_requests_remote", runtime=720, mem_mb=4000),
+        **dag.rule_resources(config, "answer_requests_remote", runtime=720, mem_mb=4000),
         # A global counter: `--resources api=N` bounds concurrent API jobs.
         api=1,
     params:
@@ -94,6 +94,6 @@ rule export_store:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("export_store", runtime=30, mem_mb=8000),
+        **dag.rule_resources(config, "export_store", runtime=30, mem_mb=8000),
     shell:
         "python -m context_effects.llm.store export results/store {output} > {log} 2>&1"

@@ -11,7 +11,7 @@ rule run_manifest:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("run_manifest", runtime=5, mem_mb=1000),
+        **dag.rule_resources(config, "run_manifest", runtime=5, mem_mb=1000),
     params:
         config=config,
     script:
@@ -22,8 +22,8 @@ rule run_report:
     """The run report: caveats, parse failures, failed diagnostics, then every table and figure."""
     input:
         manifest="results/run/manifest.json",
-        tables=report_tables,
-        figures=report_figures,
+        tables=dag.report_tables(config),
+        figures=dag.report_figures(config),
     output:
         "results/report/report.md",
     log:
@@ -31,6 +31,6 @@ rule run_report:
     conda:
         "../../envs/data.yaml"
     resources:
-        **rule_resources("run_report", runtime=5, mem_mb=2000),
+        **dag.rule_resources(config, "run_report", runtime=5, mem_mb=2000),
     script:
         "../scripts/run_report.py"

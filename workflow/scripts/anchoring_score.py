@@ -12,7 +12,7 @@ record = result_record(
     model_cfg=snakemake.params.model,
     settings=snakemake.params.settings,
     run_cfg=snakemake.params.run,
-    notes=run_notes(snakemake.params.run),
+    notes=run_notes(snakemake.params.run["kind"]),
 )
 write_result(record, snakemake.output[0])
 pull = record["scorer"]["summary"]["pull"]

@@ -4,6 +4,7 @@ from context_effects.conformity.judging import write_judge_shard
 from context_effects.jobs import setup_job_logging
 
 log = setup_job_logging(snakemake.log[0])
+block = snakemake.params.block
 n = write_judge_shard(
     snakemake.input.item_table,
     snakemake.input.answers,
@@ -11,7 +12,10 @@ n = write_judge_shard(
     shard=int(snakemake.wildcards.shard),
     judge=snakemake.wildcards.judge,
     judge_cfg=snakemake.params.model,
-    conformity=snakemake.params.conformity,
+    items_per_shard=int(block["items_per_shard"]),
+    hosted=bool(block["hosted"]),
+    primary_seed=int(snakemake.params.primary_seed),
+    judging=snakemake.params.judging,
     seed=int(snakemake.params.seed),
 )
 log.info("wrote %d judge requests to %s", n, snakemake.output[0])

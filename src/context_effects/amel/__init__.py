@@ -1,4 +1,5 @@
-"""Study A: accumulated message effects on LLM judgments (AMEL, seed 000; SPEC §5).
+"""Study A: accumulated message effects on LLM judgments (AMEL, seed 000; docs/architecture.md,
+"The three studies"; the choices that fill the paper's gaps are listed in docs/deviations.yaml).
 
 The same binary (Yes/No) judgment item is asked right after the system prompt
 (baseline) or after k prior turns of other items of the same domain whose
@@ -20,10 +21,6 @@ the design choices that fill its gaps are stated where they are made:
   samples otherwise.
 * ``scores``: P(Yes) per cell, bias scores, baseline entropy.
 * ``stats`` / ``analysis`` / ``plots``: the estimands of the paper, one table
-  and one figure each.
+  and one figure each; ``outputs`` registers them (captions, inputs, settings).
+* ``dag``: the paths, targets and per-rule settings of workflow/rules/amel.smk.
 """
-
-#: Every analysis: one table (results/tables/amel/<name>.csv/.tex) and one figure
-#: (results/figures/amel/<name>.pdf/.png). Kept here, free of heavy imports, so the
-#: Snakefile can list targets without importing SciPy.
-ANALYSIS_NAMES = ("effects", "entropy", "asymmetry", "length", "position", "framing", "congruence", "probabilities")

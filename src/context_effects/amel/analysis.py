@@ -1,7 +1,8 @@
-"""The AMEL analyses: each returns one table (a DataFrame) built from the bias scores.
+"""The AMEL analyses: ``<name>_table`` returns analysis ``<name>``'s table (a DataFrame)
+from the item-level bias scores (``probabilities_table``: from the per-cell probabilities).
 
-``ANALYSES`` maps the name used in file paths to the builder, its caption and
-number formats. Which rows enter which analysis:
+``context_effects.amel.outputs.ANALYSES`` lists the analyses with their captions and
+number formats; the registry there writes each table. Which rows enter which analysis:
 
 * *main* rows = standard framing, saturated histories without a position
   block (the length design): effects, entropy, asymmetry, length, congruence;
@@ -11,14 +12,13 @@ number formats. Which rows enter which analysis:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from context_effects.amel import ANALYSIS_NAMES, stats
+from context_effects.amel import stats
 from context_effects.amel.design import POSITIONS
 
 STRATA = ("deterministic", "uncertain")
@@ -188,9 +188,9 @@ def position_table(bs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def framing_table(bs: pd.DataFrame, framing_ks: Iterable[int]) -> pd.DataFrame:
+def framing_table(bs: pd.DataFrame, framing_history_lengths: Iterable[int]) -> pd.DataFrame:
     """Negativity asymmetry in the standard and the swapped framing, and their difference."""
-    ks = [int(k) for k in framing_ks]
+    ks = [int(k) for k in framing_history_lengths]
     df = bs[bs["position"].isna() & bs["k"].isin(ks)]
     pairs = polarity_pairs(df, ["model", "domain", "item_id", "k", "framing"])
     pairs["asym"] = pairs["bs_no"].abs() - pairs["bs_yes"].abs()
@@ -256,90 +256,3 @@ def probabilities_table(probs: pd.DataFrame) -> pd.DataFrame:
         n_missing=("p_yes", lambda s: int(s.isna().sum())),
     ).reset_index()
     return out
-
-
-@dataclass(frozen=True)
-class Analysis:
-    build: Callable[..., pd.DataFrame]
-    caption: str
-    needs: str = "bias_scores"  # or "probabilities"
-
-
-_COMMON = "BS = P(r*|treatment) - P(r*|baseline), r* the verdict against the history's polarity; BS < 0 = conforming."
-
-ANALYSES: dict[str, Analysis] = {
-    "effects": Analysis(
-        effects_table,
-        "AMEL bias scores overall, by model, domain and provider: mean BS with 95% CI, one-sample Cohen's d "
-        "(mean/sd) and t-test against 0. " + _COMMON,
-    ),
-    "entropy": Analysis(
-        entropy_table,
-        "Bias by baseline entropy stratum (deterministic vs uncertain baseline) and the difference (Welch t). "
-        + _COMMON,
-    ),
-    "asymmetry": Analysis(
-        asymmetry_table,
-        "Negativity asymmetry: |BS(no-saturated)| / |BS(yes-saturated)| paired per item, model and k; "
-        "ratio of mean BS, ratio of mean |BS|, paired t-test of |BS| (no vs yes).",
-    ),
-    "length": Analysis(
-        length_table,
-        "Bias and history length: Spearman rho and OLS slope of BS on k (per turn). " + _COMMON,
-    ),
-    "position": Analysis(
-        position_table,
-        "Position of the biased turns inside an otherwise balanced history: mean BS per position and a "
-        "one-way ANOVA across positions. " + _COMMON,
-    ),
-    "framing": Analysis(
-        framing_table,
-        "Negativity asymmetry under the framing swap (Yes and No trade meanings): persistence in the swapped "
-        "framing points to a token-level, reversal to a semantic asymmetry. asym = mean(|BS no| - |BS yes|).",
-    ),
-    "congruence": Analysis(
-        congruence_table,
-        "Congruent (the history's prevailing verdict is the item's correct verdict, or its baseline verdict) "
-        "vs incongruent items. " + _COMMON,
-    ),
-    "probabilities": Analysis(
-        probabilities_table,
-        "Mean P(Yes) per model and cell, and how it was measured (first-token probabilities or repeated samples).",
-        needs="probabilities",
-    ),
-}
-
-FORMATS = {
-    "params_b": ".2f",
-    "mean_bs": ".3f",
-    "ci_low": ".3f",
-    "ci_high": ".3f",
-    "d": ".2f",
-    "t": ".2f",
-    "p": ".2g",
-    "rho": ".3f",
-    "rho_p": ".2g",
-    "slope": ".4f",
-    "slope_se": ".4f",
-    "slope_ci_low": ".4f",
-    "slope_ci_high": ".4f",
-    "slope_p": ".2g",
-    "F": ".2f",
-    "ratio": ".2f",
-    "ratio_abs": ".2f",
-    "asym": ".3f",
-}
-
-
-def build_table(name: str, bs: pd.DataFrame, probs: pd.DataFrame, amel_cfg: dict[str, Any]) -> pd.DataFrame:
-    if name not in ANALYSES:
-        raise ValueError(f"unknown AMEL analysis {name!r}; known: {', '.join(ANALYSES)}")
-    a = ANALYSES[name]
-    if a.needs == "probabilities":
-        return a.build(probs)
-    if name == "framing":
-        return a.build(bs, amel_cfg["framing_history_lengths"])
-    return a.build(bs)
-
-if tuple(ANALYSES) != ANALYSIS_NAMES:
-    raise RuntimeError("context_effects.amel.ANALYSIS_NAMES must list the keys of ANALYSES, in order")

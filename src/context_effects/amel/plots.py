@@ -1,13 +1,12 @@
-"""AMEL figures, in the spirit of the seed paper's Figures 3-14; one function per analysis.
+"""AMEL figures, in the spirit of the seed paper's Figures 3-14; ``<name>_figure`` per analysis.
 
 Each takes the analysis table (as written) and the item-level bias scores or
-probabilities, and returns a matplotlib Figure; ``context_effects.figures.save_figure``
-writes it byte-stably. Error bars are the tables' 95% t intervals.
+probabilities, and returns a matplotlib Figure; ``context_effects.amel.outputs``
+registers them and ``context_effects.figures.save_figure`` writes them byte-stably.
+Error bars are the tables' 95% t intervals.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import matplotlib
 
@@ -57,13 +56,14 @@ def effects_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
     return fig
 
 
-def entropy_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = "", threshold: float | None = None):
+def entropy_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = "",
+                   entropy_threshold_bits: float | None = None):
     df = main_rows(bs)
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for pol, part in df.groupby("polarity"):
         axes[0].scatter(part["baseline_entropy"], part["bs"], s=8, alpha=0.5, color=POL_COLORS.get(pol), label=f"{pol}-saturated")
-    if threshold is not None:
-        axes[0].axvline(threshold, color="grey", ls="--", lw=0.8)
+    if entropy_threshold_bits is not None:
+        axes[0].axvline(entropy_threshold_bits, color="grey", ls="--", lw=0.8)
     axes[0].axhline(0, color="black", lw=0.8)
     axes[0].set_xlabel("baseline entropy (bits)")
     axes[0].set_ylabel("bias score")
@@ -178,15 +178,3 @@ def probabilities_figure(table: pd.DataFrame, probs: pd.DataFrame, note: str = "
     axes[1].legend(fontsize=7)
     _note(fig, note)
     return fig
-
-
-FIGURES: dict[str, Callable[..., "plt.Figure"]] = {
-    "effects": effects_figure,
-    "entropy": entropy_figure,
-    "asymmetry": asymmetry_figure,
-    "length": length_figure,
-    "position": position_figure,
-    "framing": framing_figure,
-    "congruence": congruence_figure,
-    "probabilities": probabilities_figure,
-}

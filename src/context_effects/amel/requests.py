@@ -93,7 +93,7 @@ def domain_requests(
     seed = int(amel_cfg["seed"])
     method = probability_method(model_name, model_cfg, amel_cfg["probability_method"])
     ref = model_ref(model_name, model_cfg)
-    mode = model_cfg.get("mode", "chat")
+    mode = model_cfg["mode"]
     if method == "first_token":
         samplings = [(0, Sampling(temperature=0.0, max_tokens=1, seed=seed, probe_tokens=PROBE_TOKENS))]
     else:

@@ -212,12 +212,12 @@ def bias_scores(
     treat["polarity"] = np.where(treat["condition"] == "yes_saturated", "yes", "no")
 
     def info(name: str, field: str) -> Any:
-        cfg = models_cfg.get(name, {})
+        cfg = models_cfg[name]
         if field == "provider":
-            return cfg.get("family") or cfg.get("backend") or "unknown"
+            return cfg["family"] or cfg["backend"]
         if field == "display":
-            return cfg.get("display_name") or name
-        return cfg.get(field)
+            return cfg["display_name"] or name
+        return cfg[field]
 
     names = treat["model"].unique()
     treat["provider"] = treat["model"].map({m: info(m, "provider") for m in names})

@@ -1,4 +1,5 @@
-"""Study H — the history-anchoring benchmark (seed 001, SPEC §6).
+"""Study H — the history-anchoring benchmark (seed 001, "Does Evaluation History Change an
+AI Judge's Verdict?"; docs/architecture.md, "The three studies").
 
 A fixed answer and a 5-point rubric are judged blind, with a history framing
 ("reviewed before"), or with an experimentally assigned prior score and verdict;

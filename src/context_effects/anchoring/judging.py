@@ -8,10 +8,9 @@ with each request, is closed). Everything else is a *miss with a reason*: the LL
 A miss is never turned into a score, so a judge that cannot follow the output
 format shows up as missing data per condition, not as a biased mean.
 
-The shard policy names these two functions by import path
-(``context_effects.anchoring.judging:parse_score`` /
-``...:reask_with_reminder``), so the generic answering rules apply them without
-knowing about Study H.
+Request shards name this as the reply policy ``anchoring.score``
+(``score_policy``, registered in ``context_effects.llm.replies.POLICIES``), so
+the generic answering rules apply it without knowing about Study H.
 """
 
 from __future__ import annotations
@@ -19,34 +18,20 @@ from __future__ import annotations
 from typing import Any
 
 from context_effects.llm.judging import (
-    EMPTY,
-    INVALID_JSON,
-    MULTIPLE,
-    NO_JSON,
-    TRUNCATED,
     field_reasons,
+    reply_reasons,
     integer_reply_schema,
     parse_integer_reply,
-    reminder_reask,
 )
+from context_effects.llm.replies import ReplyPolicy, reminder_reask
 
 SCORE_MIN, SCORE_MAX = 1, 5
 
 SCORE_SCHEMA: dict[str, Any] = integer_reply_schema("score", SCORE_MIN, SCORE_MAX)
 
 # Rejection reasons (stable strings: they are counted per model x condition).
-_SCORE = field_reasons("score")
-CONFLICTING = _SCORE["conflicting"]
-MISSING = _SCORE["missing"]
-STRING = _SCORE["string"]
-NOT_INTEGER = _SCORE["not_integer"]
-NOT_NUMBER = _SCORE["not_number"]
-OUT_OF_RANGE = _SCORE["out_of_range"]
-REASONS = (EMPTY, NO_JSON, TRUNCATED, INVALID_JSON, MULTIPLE, CONFLICTING, MISSING, STRING, NOT_INTEGER,
-           NOT_NUMBER, OUT_OF_RANGE)
-
-VALIDATOR_PATH = "context_effects.anchoring.judging:parse_score"
-REASK_PATH = "context_effects.anchoring.judging:reask_with_reminder"
+CONFLICTING, MISSING, STRING, NOT_INTEGER, NOT_NUMBER, OUT_OF_RANGE = field_reasons("score").values()
+REASONS = reply_reasons("score")
 
 
 def parse_score(text: str | None) -> tuple[int | None, str | None]:
@@ -60,3 +45,8 @@ def parse_score(text: str | None) -> tuple[int | None, str | None]:
 
 REMINDER = 'Important: reply with only the JSON object {"score": <integer 1-5>} and no other text.'
 reask_with_reminder = reminder_reask(REMINDER)
+
+
+def score_policy() -> ReplyPolicy:
+    """Reply policy ``anchoring.score``: ``parse_score``, re-asked with ``REMINDER``."""
+    return ReplyPolicy("anchoring.score", parse_score, reask_with_reminder)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from context_effects.anchoring.judging import REASK_PATH, SCORE_SCHEMA, VALIDATOR_PATH
+from context_effects.anchoring.judging import SCORE_SCHEMA
 from context_effects.anchoring.prompts import CONDITIONS, SYSTEM_PROMPT, TEMPLATE_VERSION, render_user
 from context_effects.llm.factory import model_ref
 from context_effects.llm.shards import write_request_shard
@@ -111,10 +111,6 @@ def write_judge_shard(
 ) -> int:
     requests = judge_requests(tasks, judge, model_cfg, settings)
     write_request_shard(
-        out_path,
-        requests,
-        validator=VALIDATOR_PATH,
-        reask=REASK_PATH,
-        max_attempts=int(settings["max_attempts"]),
+        out_path, requests, reply_policy="anchoring.score", max_attempts=int(settings["max_attempts"])
     )
     return len(requests)

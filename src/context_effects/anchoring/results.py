@@ -1,10 +1,11 @@
-"""Study H outputs: the result file of a model run, the summary tables and the pull figure.
+"""Study H outputs: the result file of a model run, the summary tables' rows and the pull figure.
 
 The result file is the artefact seed 001 requires before any finding: model,
 version, provider, date, settings, raw judgments, scorer output and the
 limitations fixed in advance. Its date comes from the recorded response
 timestamps (never the clock at scoring time), so rescoring the same responses
-writes the same bytes.
+writes the same bytes. ``context_effects.anchoring.outputs`` registers the tables
+and the figure (captions, inputs, notes).
 """
 
 from __future__ import annotations
@@ -102,20 +103,20 @@ def result_record(
         "result_version": RESULT_VERSION,
         "study": STUDY,
         "protocol": PROTOCOL,
-        "run": {"label": run_cfg.get("label"), "kind": run_cfg.get("kind"), "notes": list(notes)},
+        "run": {"label": run_cfg["label"], "kind": run_cfg["kind"], "notes": list(notes)},
         "model": {
             "name": judge,
-            "display_name": model_cfg.get("display_name"),
+            "display_name": model_cfg["display_name"],
             "provider": ref.provider,
             "model_id": ref.model_id,
             "version": ref.revision,
             "base_url": ref.base_url,
-            "family": model_cfg.get("family"),
-            "params_b": model_cfg.get("params_b"),
+            "family": model_cfg["family"],
+            "params_b": model_cfg["params_b"],
             "engine_versions": sorted(set(judgments["engine_version"]) - {""}),
             "backends": sorted(set(judgments["backend"]) - {""}),
-            "engine": dict(model_cfg.get("engine") or {}),
-            "system_role": model_cfg.get("system_role", True),
+            "engine": dict(model_cfg["engine"]),
+            "system_role": model_cfg["system_role"],
         },
         "date": response_dates(judgments["timestamp"].tolist()),
         "settings": {
@@ -175,7 +176,7 @@ def read_result(path: str | Path) -> dict[str, Any]:
 
 
 def _model_label(rec: Mapping[str, Any]) -> str:
-    return rec["model"].get("display_name") or rec["model"]["name"]
+    return rec["model"]["display_name"] or rec["model"]["name"]
 
 
 def pull_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -288,44 +289,3 @@ def pull_figure(records: Sequence[Mapping[str, Any]], notes: Sequence[str] = ())
     if notes:
         fig.text(0.01, -0.02, "\n".join(notes), fontsize=6, va="top", wrap=True)
     return fig
-
-
-# ----------------------------------------------------------------------------- report
-
-TABLES = {
-    "pull": (
-        pull_table,
-        "Study H: signed prior-score pull per judge (mean and median over tasks, bootstrap 95% CIs)",
-        "tab:anchoring-pull",
-    ),
-    "conditions": (
-        condition_table,
-        "Study H: judgments, missing replies, absolute error against gold and repetition dispersion per condition",
-        "tab:anchoring-conditions",
-    ),
-    "checks": (
-        checks_table,
-        "Study H: correction harm and blind-vs-anchor verdict flips per judge",
-        "tab:anchoring-checks",
-    ),
-}
-
-
-def write_report(
-    result_paths: Sequence[str | Path],
-    table_paths: Mapping[str, tuple[str | Path, str | Path]],
-    figure_paths: Sequence[str | Path],
-    notes: Sequence[str] = (),
-) -> list[dict[str, Any]]:
-    """Tables (CSV + LaTeX) and the pull-distribution figure from the result files."""
-    from context_effects.figures import save_figure
-    from context_effects.tables import write_table
-
-    records = [read_result(p) for p in result_paths]
-    table_notes = [TIE_RULE, *notes]
-    for name, (csv_path, tex_path) in table_paths.items():
-        build, caption, label = TABLES[name]
-        write_table(build(records), csv_path, tex_path, caption, label, notes=table_notes)
-    for path in figure_paths:
-        save_figure(pull_figure(records, notes), path)
-    return records

@@ -1,4 +1,5 @@
-"""Study C — open-ended conformity (seed 002, SPEC §4).
+"""Study C — open-ended conformity (seed 002, The Evaluator Is Part of the Experiment;
+docs/architecture.md, "The three studies").
 
 ``prompts``   the paper's generator and judge templates, verbatim, and their rendering;
 ``peers``     seeded peer panels, peer blocks and content blocks;

@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 
 from context_effects.conformity.conditions import ANCHOR_CONDITIONS, D_BY_CONDITION
+from context_effects.conformity.replies import parse_rating
 from context_effects.conformity.requests import ANCHOR_CORPUS, judge_requests
 from context_effects.datasets import read_items
-from context_effects.llm.judging import parse_rating
 from context_effects.llm.shards import read_response_shard, write_request_shard
 
 #: Blind and informed requests per trial: main = Round 1, no-peer and three peer
@@ -91,17 +91,26 @@ def write_judge_shard(
     shard: int,
     judge: str,
     judge_cfg: Mapping[str, Any],
-    conformity: Mapping[str, Any],
+    items_per_shard: int,
+    hosted: bool,
+    primary_seed: int,
+    judging: Mapping[str, Any],
     seed: int,
 ) -> int:
-    hosted = judge in conformity["hosted_judges"]
-    k = items_per_judge_shard(conformity, hosted)
+    """Write judge shard ``shard`` (items ``shard * items_per_shard`` onward) of one judge.
+
+    ``judging`` is ``conformity.judging`` (sampling, re-asks); a ``hosted`` judge rates
+    only the main corpus at ``primary_seed`` and the anchors.
+    """
+    k = items_per_shard
     block = read_items(items_path).iloc[shard * k : (shard + 1) * k]
     answers = pd.read_parquet(answers_path)
-    sel = judged_answers(answers, block["item_id"].tolist(), hosted, int(conformity["primary_seed"]))
-    settings = conformity["judging"]
+    sel = judged_answers(answers, block["item_id"].tolist(), hosted, primary_seed)
+    settings = judging
     requests = judge_requests(sel, judge, judge_cfg, settings, seed)
-    write_request_shard(out_path, requests, validator="rating", max_attempts=int(settings["max_attempts"]))
+    write_request_shard(
+        out_path, requests, reply_policy="conformity.rating", max_attempts=int(settings["max_attempts"])
+    )
     return len(requests)
 
 

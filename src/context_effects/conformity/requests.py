@@ -1,4 +1,4 @@
-"""LLM requests for every Study C stage (SPEC §4.2–4.4): pure functions, no I/O.
+"""LLM requests for every Study C stage (generation, anchors, judging): pure functions, no I/O.
 
 The caller writes the returned requests to shards (``llm.shards.write_request_shard``)
 and turns answered generation shards back into an answers table
@@ -54,7 +54,7 @@ Sampling
 --------
 Generation: ``temperature``/``top_p``/``max_tokens`` from ``settings``
 (``conformity.generation``), sampling seed = the execution seed label (42/43/44).
-Judging: from ``conformity.judging`` (temperature 0, top_p 1, max_tokens 16), the
+Judging: ``temperature``/``top_p``/``max_tokens`` from ``conformity.judging``, the
 ``seed`` argument as sampling seed, ``output_schema=RATING_SCHEMA``.
 """
 
@@ -79,7 +79,7 @@ from context_effects.conformity.conditions import (
 )
 from context_effects.conformity.peers import content_block, peer_block
 from context_effects.llm.factory import model_ref
-from context_effects.llm.judging import RATING_SCHEMA
+from context_effects.conformity.replies import RATING_SCHEMA
 from context_effects.llm.types import LLMRequest, Sampling
 
 STUDY = "conformity"
@@ -137,11 +137,14 @@ def _int_seed(seed: Any) -> int:
     return int(seed)
 
 
-def _sampling(settings: Mapping[str, Any], seed: int, default_max_tokens: int) -> Sampling:
+def _sampling(settings: Mapping[str, Any], seed: int) -> Sampling:
+    """Sampling of a generation or judge request; every value comes from the validated
+    config section (``conformity.generation`` or ``conformity.judging``), whose schema
+    holds the defaults."""
     return Sampling(
-        temperature=float(settings.get("temperature", 0.0)),
-        top_p=float(settings.get("top_p", 1.0)),
-        max_tokens=int(settings.get("max_tokens", default_max_tokens)),
+        temperature=float(settings["temperature"]),
+        top_p=float(settings["top_p"]),
+        max_tokens=int(settings["max_tokens"]),
         seed=_int_seed(seed),
     )
 
@@ -209,7 +212,7 @@ def round1_requests(items: Any, model_name: str, model_cfg: Mapping[str, Any], s
     _check_corpus(corpus)
     seed = _int_seed(seed)
     ref = model_ref(model_name, model_cfg)
-    sampling = _sampling(settings, seed, 300)
+    sampling = _sampling(settings, seed)
     out = []
     for item in _records(items):
         meta = _gen_meta(item, model_name, "round1", seed, corpus, "round1")
@@ -247,7 +250,7 @@ def round2_requests(
                          f"{list(authority_variants)}")
     variants = [v for v in AUTHORITY_VARIANTS if v in set(authority_variants)]
     ref = model_ref(model_name, model_cfg)
-    sampling = _sampling(settings, seed, 300)
+    sampling = _sampling(settings, seed)
     records = _records(items)
     absent = [str(r["item_id"]) for r in records
               if _missing(round1_answers.get(str(r["item_id"]))) or not str(round1_answers[str(r["item_id"])]).strip()]
@@ -323,7 +326,7 @@ def anchor_requests(items: Any, model_name: str, model_cfg: Mapping[str, Any], s
                          f"{model_cfg.get('backend')!r}); real runs judge anchor_texts(items)")
     seed = _int_seed(seed)
     ref = model_ref(model_name, model_cfg)
-    sampling = _sampling(settings, seed, 300)
+    sampling = _sampling(settings, seed)
     out = []
     for item in _records(items):
         for condition in ANCHOR_CONDITIONS:
@@ -391,7 +394,7 @@ def judge_requests(answers_df: pd.DataFrame, judge_name: str, judge_cfg: Mapping
         raise ValueError(f"duplicate answer_id(s) {dup[:5]}: one row per answer")
     seed = _int_seed(seed)
     ref = model_ref(judge_name, judge_cfg)
-    sampling = _sampling(settings, seed, 16)
+    sampling = _sampling(settings, seed)
 
     rows = [{c: _opt(r.get(c)) for c in ANSWER_COLUMNS} for r in answers_df.to_dict("records")]
     problems = []

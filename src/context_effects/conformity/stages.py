@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from context_effects.conformity import prompts
+from context_effects.conformity.replies import generation_policy
 from context_effects.conformity.requests import (
     anchor_requests,
     anchor_texts,
@@ -23,7 +24,7 @@ from context_effects.conformity.requests import (
     round2_requests,
 )
 from context_effects.datasets import read_items
-from context_effects.llm.shards import generation_reask, read_response_shard, write_request_shard
+from context_effects.llm.shards import read_response_shard, write_request_shard
 
 #: A trial yields at most 8 answers (Round 1, no-peer, 3 content or 6 peer arms).
 ANSWERS_PER_TRIAL = 8
@@ -47,14 +48,20 @@ def item_block(items: pd.DataFrame, shard: int, shard_size: int) -> pd.DataFrame
     return items.iloc[shard * k : (shard + 1) * k]
 
 
-def _policy(settings: Mapping[str, Any]) -> dict[str, Any]:
-    # seed 002 App. A.6: malformed or empty completions are retried up to
-    # `max_retries` times, temperature +step per retry (capped), seed +1.
+def _retry_settings(settings: Mapping[str, Any]) -> dict[str, float]:
     return {
-        "validator": "nonempty",
-        "max_attempts": 1 + int(settings["max_retries"]),
         "retry_temperature_step": float(settings["retry_temperature_step"]),
         "retry_temperature_cap": float(settings["retry_temperature_cap"]),
+    }
+
+
+def _policy(settings: Mapping[str, Any]) -> dict[str, Any]:
+    # seed 002 App. A.6: malformed or empty completions are asked again, at most
+    # `max_attempts` asks in all, temperature +step per re-ask (capped), seed +1.
+    return {
+        "reply_policy": "conformity.generation",
+        "policy_params": _retry_settings(settings),
+        "max_attempts": int(settings["max_attempts"]),
     }
 
 
@@ -156,7 +163,7 @@ def generation_frame(responses_path: str | Path, settings: Mapping[str, Any]) ->
     """
     requests, extra = read_response_shard(responses_path, ["text", "ok", "attempt", "finish_reason"])
     frame = answers_frame(requests, _texts(extra))
-    reask = generation_reask(float(settings["retry_temperature_step"]), float(settings["retry_temperature_cap"]))
+    reask = generation_policy(**_retry_settings(settings)).reask
     temps, seeds = [], []
     for req, attempt in zip(requests, extra["attempt"]):
         final = req
@@ -175,8 +182,8 @@ def generation_frame(responses_path: str | Path, settings: Mapping[str, Any]) ->
 def collect_answers(
     items_path: str | Path,
     response_paths: Sequence[str | Path],
-    anchor_paths: Sequence[str | Path] = (),
-    settings: Mapping[str, Any] | None = None,
+    anchor_paths: Sequence[str | Path],
+    settings: Mapping[str, Any],
 ) -> pd.DataFrame:
     """One row per answer of a dataset: every generated answer plus the two anchors per item.
 
@@ -184,7 +191,6 @@ def collect_answers(
     synthetic generator's tagged anchors from ``anchor_paths``. ``settings`` (the
     generation config) adds ``GENERATION_COLUMNS`` to generated rows.
     """
-    settings = settings or {"retry_temperature_step": 0.1, "retry_temperature_cap": 1.0}
     frames = [generation_frame(path, settings) for path in [*response_paths, *anchor_paths]]
     if not anchor_paths:
         frames.append(anchor_texts(read_items(items_path)))

@@ -1,23 +1,24 @@
-"""Judge-reply validation (SPEC §3.3; seed 002 App. B: ``{"rating": <integer 1-5>}``).
+"""Judge replies that are one JSON integer, e.g. ``{"rating": <integer 1-5>}``.
+
+The parser every study's judge replies go through (Study C's ratings, seed 002
+App. B; Study H's scores): ``parse_integer_reply`` and its rejection reasons,
+and ``integer_reply_schema`` for structured output. Each study wraps them in
+its own reply policy (docs/architecture.md, "Reply validation").
 
 Every reply is validated, structured output or not: vLLM and llama.cpp servers
-can silently ignore a schema (notes lesson 9). A reply that does not carry
-exactly one unambiguous integer rating is a *miss with a reason*, never a score:
-mapping unparseable text to a default grade is how openai/evals #1712 biased
-results. Each rejection has its own reason string so parse-failure rates can be
-broken down per model × condition.
+can silently ignore a schema (an unsupported schema feature, a server started
+without guided decoding), so the schema is a hint and this parser is the check.
+A reply that does not carry exactly one unambiguous integer is a *miss with a
+reason*, never a score: mapping unparseable text to a default grade is how
+openai/evals #1712 biased results. Each rejection has its own reason string so
+parse-failure rates can be broken down per model × condition.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Any
-
-from context_effects.llm.types import LLMRequest
-
-RATING_MIN, RATING_MAX = 1, 5
 
 
 def integer_reply_schema(field: str, lo: int, hi: int) -> dict[str, Any]:
@@ -34,8 +35,6 @@ def integer_reply_schema(field: str, lo: int, hi: int) -> dict[str, Any]:
     }
 
 
-RATING_SCHEMA: dict[str, Any] = integer_reply_schema("rating", RATING_MIN, RATING_MAX)
-
 # Rejection reasons (stable strings: they are aggregated in reports). The ones that
 # name the field are built by ``field_reasons`` (e.g. "missing_score" for Study H).
 EMPTY = "empty_reply"
@@ -46,6 +45,8 @@ MULTIPLE = "multiple_json_objects"
 
 
 def field_reasons(field: str) -> dict[str, str]:
+    """The rejection reasons that name the field, in a fixed order: conflicting,
+    missing, string, not_integer, not_number, out_of_range."""
     return {
         "conflicting": f"conflicting_{field}s",
         "missing": f"missing_{field}",
@@ -56,27 +57,9 @@ def field_reasons(field: str) -> dict[str, str]:
     }
 
 
-_RATING = field_reasons("rating")
-CONFLICTING = _RATING["conflicting"]
-MISSING = _RATING["missing"]
-STRING = _RATING["string"]
-NOT_INTEGER = _RATING["not_integer"]
-NOT_NUMBER = _RATING["not_number"]
-OUT_OF_RANGE = _RATING["out_of_range"]
-
-REASONS = (
-    EMPTY,
-    NO_JSON,
-    TRUNCATED,
-    INVALID_JSON,
-    MULTIPLE,
-    CONFLICTING,
-    MISSING,
-    STRING,
-    NOT_INTEGER,
-    NOT_NUMBER,
-    OUT_OF_RANGE,
-)
+def reply_reasons(field: str) -> tuple[str, ...]:
+    """Every reason a ``{"<field>": <integer>}`` reply can be rejected for."""
+    return (EMPTY, NO_JSON, TRUNCATED, INVALID_JSON, MULTIPLE, *field_reasons(field).values())
 
 
 def _brace_spans(text: str) -> tuple[list[str], bool]:
@@ -185,31 +168,3 @@ def parse_integer_reply(text: str | None, field: str, lo: int, hi: int) -> tuple
     if not lo <= value <= hi:
         return None, reasons["out_of_range"]
     return int(value), None
-
-
-def parse_rating(text: str | None) -> tuple[int | None, str | None]:
-    """Study C's judge reply ``{"rating": <integer 1-5>}`` (seed 002 App. B); see ``parse_integer_reply``."""
-    return parse_integer_reply(text, "rating", RATING_MIN, RATING_MAX)
-
-
-def reminder_reask(reminder: str):
-    """A re-ask hook for ``run_requests``: new attempt number plus ``reminder`` on the last turn.
-
-    With greedy decoding a re-ask that differs only in ``attempt`` gets the
-    same bad reply back from a deterministic engine; the reminder changes the
-    prompt so the retry has a chance. The reason goes to ``meta`` (not the key).
-    """
-
-    def reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
-        messages = list(req.messages)
-        role, content = messages[-1]
-        if reminder not in content:
-            messages[-1] = (role, f"{content}\n\n{reminder}")
-        meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}
-        return dataclasses.replace(req, messages=tuple(messages), attempt=attempt, meta=meta)
-
-    return reask
-
-
-REMINDER = 'Reply with exactly one JSON object and nothing else: {"rating": <integer 1-5>}.'
-reask_with_reminder = reminder_reask(REMINDER)

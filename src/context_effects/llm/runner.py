@@ -9,9 +9,9 @@ accounting, so never-pay-twice and resume are implemented once:
   next batch starts, so a job killed mid-shard resumes from its last completed
   batch and pays for nothing twice;
 * failures are returned and counted but never stored, so a rerun retries them;
-* with a ``validator``, a reply that fails validation is kept in the store (it
-  was paid for) and re-asked under a new key (``attempt + 1``); after
-  ``max_attempts`` the item is returned as a miss carrying its reason in
+* with a reply policy (``llm.replies``), a reply that fails validation is kept
+  in the store (it was paid for) and re-asked under a new key (``attempt + 1``);
+  after ``max_attempts`` the item is returned as a miss carrying its reason in
   ``error`` (prefixed ``INVALID_PREFIX``), never as a score.
 """
 
@@ -20,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.ledger import Ledger
 from context_effects.llm.pricing import estimate_cost
+from context_effects.llm.replies import ReplyPolicy
 from context_effects.llm.secrets import redact
 from context_effects.llm.store import ResponseStore, utc_now_iso
 from context_effects.llm.types import LLMRequest, LLMResult
@@ -33,16 +34,6 @@ from context_effects.llm.types import LLMRequest, LLMResult
 #: ``error`` prefix of an item whose reply never passed validation.
 INVALID_PREFIX = "invalid_reply: "
 NO_RESULT = "backend returned no result for this request"
-
-Validator = Callable[[str], tuple[Any, "str | None"]]
-Reask = Callable[[LLMRequest, int, str], LLMRequest]
-
-
-def default_reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
-    """Same request, next attempt number: a new key, so the cached bad reply is not served again."""
-    meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}
-    return dataclasses.replace(req, attempt=attempt, meta=meta)
-
 
 def invalid_reason(result: LLMResult) -> str | None:
     """The validation reason of a final miss, or ``None`` for anything else."""
@@ -101,25 +92,23 @@ def run_requests(
     batch_size: int = 64,
     ledger: Ledger | None = None,
     progress: bool = True,
-    validator: Validator | None = None,
+    reply_policy: ReplyPolicy | None = None,
     max_attempts: int = 3,
-    reask: Reask | None = None,
     price_table: Mapping[str, Mapping[str, float]] | None = None,
 ) -> list[LLMResult]:
     """Answer ``requests`` (results in the same order), calling ``backend`` only for store misses.
 
-    ``validator(text) -> (value, reason)`` marks a reply invalid when ``reason``
-    is not None. ``max_attempts`` counts the first ask. ``reask`` builds the
-    retry request (default: same request with ``attempt`` bumped; see
-    ``judging.reask_with_reminder`` for greedy judges). ``price_table`` fills
-    ``cost_usd`` for results the backend did not price.
+    ``reply_policy.validate(text) -> (value, reason)`` marks a reply invalid when
+    ``reason`` is not None, and ``reply_policy.reask`` builds the next ask;
+    without a policy every reply is used as it is. ``max_attempts`` counts the
+    first ask. ``price_table`` fills ``cost_usd`` for results the backend did
+    not price.
     """
     requests = list(requests)
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     if max_attempts < 1:
         raise ValueError("max_attempts must be >= 1")
-    reask = reask or default_reask
     led = ledger if ledger is not None else Ledger()
     started = time.monotonic()
     wall_at_start = led.wall_s
@@ -149,11 +138,11 @@ def run_requests(
 
     def settle(item: str, req: LLMRequest, res: LLMResult, follow_up: list[str]) -> None:
         tries[item] += 1
-        if res.ok and validator is not None:
-            _, reason = validator(res.text)  # type: ignore[arg-type]
+        if res.ok and reply_policy is not None:
+            _, reason = reply_policy.validate(res.text)  # type: ignore[arg-type]
             if reason is not None:
                 if tries[item] < max_attempts:
-                    current[item] = reask(req, req.attempt + 1, reason)
+                    current[item] = reply_policy.reask(req, req.attempt + 1, reason)
                     led.reasks += 1
                     follow_up.append(item)
                     return

@@ -1,8 +1,10 @@
-"""API keys come from the environment only (SPEC §3.5).
+"""API keys come from the environment only, never from a config file.
 
 Config may name *which* variable holds a key (``api_key_env``), never the key
-itself. ``check_env`` runs before any job starts so a missing key fails the
-run up front, naming every variable, instead of failing hours in.
+itself: a config file gets committed, copied to clusters and attached to bug
+reports. ``check_env`` runs before any job starts so a missing key fails the
+run up front, naming every variable, instead of failing hours in;
+``read_api_key`` is what a hosted backend calls when it is built.
 """
 
 from __future__ import annotations
@@ -95,6 +97,20 @@ def get_key(var: str, environ: Mapping[str, str] = os.environ) -> str:
     value = environ.get(var)
     if not value:
         raise MissingSecretError({var: []})
+    return value
+
+
+class MissingAPIKeyError(RuntimeError):
+    """The environment variable that should hold an API key is unset or empty."""
+
+
+def read_api_key(env_var: str, backend: str) -> str:
+    """The key in ``env_var`` for the ``backend`` being built (surrounding whitespace removed)."""
+    value = os.environ.get(env_var, "").strip()
+    if not value:
+        raise MissingAPIKeyError(
+            f"the {backend} backend needs an API key in the environment variable {env_var}, which is not set"
+        )
     return value
 
 

@@ -1,4 +1,4 @@
-"""Content-addressed response store (SPEC §3.2).
+"""Content-addressed response store (docs/architecture.md, "The response store").
 
 Layout::
 

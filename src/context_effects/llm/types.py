@@ -1,10 +1,10 @@
 """The one request type and the one result type every study and backend uses.
 
 A request is everything that can change what a model returns; its ``key`` is the
-content address in the response store (SPEC §3.2). Study bookkeeping that must
-*not* change the answer (item id, condition, judge pass ...) travels in ``meta``,
-which is deliberately excluded from the key so two studies asking the very same
-question share one paid call.
+content address in the response store (docs/architecture.md, "The response
+store"). Study bookkeeping that must *not* change the answer (item id,
+condition, judge pass ...) travels in ``meta``, which is deliberately excluded
+from the key so two studies asking the very same question share one paid call.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ class ModelRef:
 class Sampling:
     temperature: float = 0.0
     top_p: float = 1.0
-    max_tokens: int = 300
+    # No default: every study's config section holds it (the config schema has
+    # the defaults), and a second default here could silently disagree.
+    max_tokens: int = field(kw_only=True)
     seed: int | None = None
     # Number of top alternatives per generated position; None = no logprobs.
     logprobs: int | None = None
@@ -48,7 +50,7 @@ class Sampling:
 class LLMRequest:
     model: ModelRef
     messages: tuple[tuple[Role, str], ...]
-    sampling: Sampling = field(default_factory=Sampling)
+    sampling: Sampling
     # JSON schema the reply must satisfy (structured output where supported).
     output_schema: dict[str, Any] | None = None
     # Distinguishes repeated samples of the same prompt (AMEL sampling, Study H reps).

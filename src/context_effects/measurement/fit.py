@@ -290,8 +290,9 @@ def fit_svi(
     1/10-scale data (bench/measurement_speed.py --svi-check), median 95%-interval width
     ratios SVI/NUTS were η 0.50 / γ 0.85 / β 0.09 / κ 0.05 (normal), about the same for
     lowrank, and η 0.66 / γ 0.98 / β 0.18 / κ 0.12 (mvn_globals); point errors matched NUTS.
-    SPEC §4.5 saw 69% η coverage at full scale. Use SVI for point estimates and iteration;
-    report intervals from NUTS.
+    At full scale the intervals are worse still (a development run on simulated paper-scale
+    data covered the true η in only 69% of its 95% intervals). Use SVI for point estimates and
+    iteration; report intervals from NUTS.
     """
     from numpyro.infer import SVI, Trace_ELBO
     from numpyro.optim import ClippedAdam

@@ -38,7 +38,9 @@ ORDINALS = ("stable", "numpyro")
 SHIFT_PRIORS = ("cell", "increment")
 #: Sites whose posterior is strongly correlated (cutpoints vs severities vs
 #: discriminations vs shifts); a dense mass-matrix block over them cut the leapfrog
-#: steps per draw ~8x at full scale (SPEC §4.5 prototype).
+#: steps per draw ~8x at full scale (about 63 instead of about 511 after full adaptation,
+#: measured on simulated paper-scale data while the model was developed; see
+#: bench/measurement_speed.py for the comparison at 1/10 scale).
 GLOBAL_SITES = ("sigma_b", "sigma_theta", "eta", "log_alpha", "beta", "gamma", "kappa_raw")
 LOCAL_SITES = ("z_b", "eps")
 #: Newton steps that centre the adaptive Gauss–Hermite rule (ModelOptions.marginal).

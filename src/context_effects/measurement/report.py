@@ -1,5 +1,7 @@
 """Seed 002's model-based tables (3, 4, 9, 10-12, 17, 20) from fit summaries and diagnostics.
 
+The tables are entries of Study C's registry (``context_effects.conformity.outputs``),
+which holds their captions, labels and formats; this module builds their rows and notes.
 Inputs are only what each fit wrote (``summary.csv``, ``diagnostics.json``; see
 ``measurement.pipeline``) — never draws — so a table rebuilds in a second. Cells report
 posterior means with 95% credible intervals, ``"+0.257 [+0.220, +0.292]"``, as the paper
@@ -25,11 +27,14 @@ from context_effects.measurement.pipeline import (
     FitSpec,
     assess,
     display_name,
+    fit_dir,
     fit_plan,
     omitted_fits,
     specs_for,
     thresholds_of,
 )
+from context_effects.outputs import Built
+from context_effects.tables import run_notes
 
 DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
 CONDITION_LABELS = {"peer_correct": "All-Correct", "peer_wrong": "All-Wrong", "peer_mixed": "Mixed"}
@@ -59,15 +64,6 @@ class FitResult:
         return None if hits.empty else hits.iloc[0]
 
 
-@dataclass
-class Table:
-    df: pd.DataFrame
-    caption: str
-    label: str
-    notes: list[str]
-    formats: dict[str, str]
-
-
 def load_fit(spec: FitSpec, fit_dir: str | Path, thresholds: Mapping[str, Any]) -> FitResult:
     d = Path(fit_dir)
     summary = pd.read_csv(d / "summary.csv")
@@ -92,14 +88,21 @@ def _failure_notes(results: Sequence[FitResult]) -> list[str]:
     ]
 
 
-class Builder:
-    """Builds every model-based table from the fits of one configuration."""
+def _spec(d: Mapping[str, Any]) -> FitSpec:
+    return FitSpec(**{**d, "judges": tuple(d["judges"])})
 
-    def __init__(self, config: Mapping[str, Any], results: Mapping[tuple[str, str], FitResult]):
-        self.config = config
-        self.conf = config["conformity"]
-        self.plan = fit_plan(config)
-        self.omitted = omitted_fits(config)
+
+class Builder:
+    """Builds one model-based table's rows and notes from the fits it reads.
+
+    ``settings`` is what ``table_settings`` gives for that table: the fits (as spec
+    dicts), the variants left out and why, and the few config values the table prints.
+    """
+
+    def __init__(self, settings: Mapping[str, Any], results: Mapping[tuple[str, str], FitResult]):
+        self.s = settings
+        self.plan = [_spec(d) for d in settings["fits"]]
+        self.omitted = dict(settings["omitted"])
         self.results = dict(results)
 
     def _res(self, spec: FitSpec) -> FitResult:
@@ -109,11 +112,11 @@ class Builder:
             raise KeyError(f"fit {spec.dataset}/{spec.variant} is in the plan but was not loaded") from exc
 
     def name(self, model: str) -> str:
-        return display_name(self.config, model)
+        return self.s["display_names"].get(model, model)
 
     def _generators(self, res: FitResult) -> list[str]:
         # The configured order; a generator the fit lost (all its ratings were self-ratings) still gets a row.
-        return list(self.conf["generators"])
+        return list(self.s["generators"])
 
     def _empty(self, columns: Sequence[str], reason: str) -> pd.DataFrame:
         row = {c: "" for c in columns}
@@ -121,13 +124,11 @@ class Builder:
         return pd.DataFrame([row], columns=list(columns))
 
     def _notes(self, results: Sequence[FitResult], extra: Sequence[str] = ()) -> list[str]:
-        from context_effects.tables import run_notes
-
-        return [*extra, *_failure_notes(results), *run_notes(self.config.get("run", {}))]
+        return [*extra, *_failure_notes(results), *run_notes(self.s["run_kind"])]
 
     # ------------------------------------------------------------------ Table 3
 
-    def table3(self) -> Table:
+    def table3(self) -> Built:
         cols = ["Dataset", "Model", *[CONDITION_LABELS[c] for c in TABLE3_CONDITIONS], "Asym_total", "Diagnostics"]
         rows, used = [], []
         for spec in specs_for(self.plan, kind="main"):
@@ -141,19 +142,11 @@ class Builder:
                 row["Diagnostics"] = res.status
                 rows.append(row)
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
-        return Table(
-            df,
-            "Recalibrated total Round 2 condition shifts and harmful-beneficial asymmetry Asym_total (Eq. 5) by "
-            "generator and dataset. Cells report posterior means with 95% credible intervals. Estimates come from "
-            "the pooled per-dataset fits; convergence diagnostics are in Table 9.",
-            "tab:conformity-total-shifts",
-            self._notes(used),
-            {},
-        )
+        return Built(df, self._notes(used))
 
     # ------------------------------------------------------------------ Table 4
 
-    def table4(self) -> Table:
+    def table4(self) -> Built:
         cols = ["Dataset", "Panel", "Judge", "gamma_j", "95% CrI", "Pr(gamma_j > 0)", "Fit", "Diagnostics"]
         rows, used = [], []
         for spec in specs_for(self.plan, kind="main"):
@@ -176,15 +169,7 @@ class Builder:
         elif "hosted" in self.omitted:
             extra.append(f"No hosted-judge rows: {self.omitted['hosted']}.")
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
-        return Table(
-            df,
-            "Evaluator-side peer-context sensitivity by judge. Each loading gamma_j is identified from blind and "
-            "informed ratings of the same generated answers. gamma_j > 0: the judge shifts toward the "
-            "peer-endorsed position; gamma_j < 0: away from it.",
-            "tab:conformity-gamma",
-            self._notes(used, extra),
-            {"gamma_j": "+.3f", "Pr(gamma_j > 0)": ".2f"},
-        )
+        return Built(df, self._notes(used, extra))
 
     def _gamma_row(self, spec, res, judge, r, panel) -> dict[str, Any]:
         return {
@@ -211,7 +196,7 @@ class Builder:
             return f"Anchor scale theta_a = {spec.theta_anchor:g} (Table 20)"
         return f"Five-judge panel, + {self.name(spec.hosted_judge)} (Table 4)"
 
-    def table9(self) -> Table:
+    def table9(self) -> Built:
         cols = ["Fit", "Dataset", "R-hat", "ESS bulk", "ESS tail", "Divergences", "Chains", "Draws per chain",
                 "Method", "Diagnostics"]
         order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4}
@@ -234,25 +219,22 @@ class Builder:
                 "Diagnostics": res.status,
             })
         extra = [f"Not fitted ({kind}): {why}." for kind, why in self.omitted.items()]
-        t = thresholds_of(self.conf["fit"])
+        t = self.s["thresholds"]
         extra.insert(0, f"R-hat is the maximum split rank-normalised R-hat and ESS the minimum bulk/tail ESS over "
                         f"every coordinate of the reported blocks (total shifts, decomposition components, gamma, "
                         f"Asym_total). Thresholds: R-hat <= {t['max_rhat']}, ESS >= {t['min_ess_bulk']:g} (bulk) / "
                         f"{t['min_ess_tail']:g} (tail), divergences <= {t['max_divergences']}.")
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no fit in this run")
-        return Table(df, "Convergence diagnostics of every measurement-model fit.", "tab:conformity-diagnostics",
-                     self._notes(used, extra), {"R-hat": ".3f", "ESS bulk": ".0f", "ESS tail": ".0f"})
+        return Built(df, self._notes(used, extra))
 
     # ------------------------------------------------------------------ Tables 10-12
 
-    def decomposition_table(self, dataset: str) -> Table:
-        number = DECOMPOSITION_TABLES[dataset]
+    def decomposition_table(self, dataset: str) -> Built:
         cols = ["Model", "Condition", "Delta_sp", "Delta_content,k(c)", "Delta_pp,c", "Delta_total,c", "Diagnostics"]
-        label = DATASET_LABELS[dataset]
         specs = specs_for(self.plan, kind="decomposition", dataset=dataset)
         used, extra = [], []
         if not specs:
-            reason = (f"{dataset} is not among conformity.datasets" if dataset not in self.conf["datasets"]
+            reason = (f"{dataset} is not among conformity.datasets" if dataset not in self.s["datasets"]
                       else self.omitted.get("decomposition", "no decomposition fit in this run"))
             df = self._empty(cols, reason)
         else:
@@ -275,19 +257,11 @@ class Builder:
             extra.append("By construction Delta_total,c = Delta_sp + Delta_content,k(c) + Delta_pp,c (Eq. 4), draw "
                          "by draw. The decomposition corpus and its fit are separate from the pooled main corpus, "
                          "so these totals need not equal Table 3.")
-        return Table(
-            df,
-            f"{label} decomposition of the total Round 2 shift into second-pass revision (Delta_sp), content "
-            f"exposure (Delta_content,k) and the peer-presentation residual (Delta_pp,c). Entries are posterior "
-            f"means with 95% credible intervals.",
-            f"tab:conformity-decomposition-{dataset.replace('_', '-')}",
-            self._notes(used, extra),
-            {},
-        )
+        return Built(df, self._notes(used, extra))
 
     # ------------------------------------------------------------------ Table 17
 
-    def table17(self) -> Table:
+    def table17(self) -> Built:
         cols = ["Dataset", "Generator", "Main fit", "Self-excluded fit", "Diagnostics"]
         rows, used, extra = [], [], []
         selfex = {s.dataset: s for s in specs_for(self.plan, kind="self-excluded")}
@@ -318,24 +292,16 @@ class Builder:
         if not selfex and "self-excluded" in self.omitted:
             extra.insert(0, f"No self-excluded fit: {self.omitted['self-excluded']}.")
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
-        return Table(
-            df,
-            "Self-preference robustness of the harmful-beneficial contrast Asym_total: the refit removes every "
-            "rating a judge assigned to answers of its own model family, keeping anchors.",
-            "tab:conformity-self-exclusion",
-            self._notes(used, extra),
-            {},
-        )
+        return Built(df, self._notes(used, extra))
 
     # ------------------------------------------------------------------ Table 20
 
-    def table20(self) -> Table:
+    def table20(self) -> Built:
         cols = ["Dataset", "Model", "theta_a", "Asym_total", "Fit", "Diagnostics"]
-        f = self.conf["fit"]
-        theta_a = float(f["theta_anchor"])
+        theta_a = float(self.s["theta_anchor"])
         rows, used = [], []
         theta_specs = specs_for(self.plan, kind="theta")
-        datasets = [d for d in f["theta_anchor_datasets"] if d in self.conf["datasets"]]
+        datasets = [d for d in self.s["theta_anchor_datasets"] if d in self.s["datasets"]]
         mains = {s.dataset: s for s in specs_for(self.plan, kind="main")}
         for ds in datasets:
             by_theta: dict[float, FitSpec] = {s.theta_anchor: s for s in theta_specs if s.dataset == ds}
@@ -343,7 +309,7 @@ class Builder:
                 by_theta[theta_a] = mains[ds]
             fits = [(t, self._res(by_theta[t])) for t in sorted(by_theta)]
             used.extend(r for _, r in fits)
-            for g in self.conf["generators"]:
+            for g in self.s["generators"]:
                 for t, res in fits:
                     rows.append({
                         "Dataset": DATASET_LABELS.get(ds, ds),
@@ -359,17 +325,9 @@ class Builder:
         reason = "none of fit.theta_anchor_datasets is among conformity.datasets"
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, reason if mains else
                                                                        "no main-corpus fit in this run")
-        return Table(
-            df,
-            "Anchor-scale sensitivity of the differential-harm contrast Asym_total as the pinned anchor magnitude "
-            "theta_a varies. Entries are posterior means with 95% credible intervals; the magnitude should rescale "
-            "with theta_a while signs and generator ordering stay.",
-            "tab:conformity-anchor-scale",
-            self._notes(used, extra),
-            {"theta_a": ".1f"},
-        )
+        return Built(df, self._notes(used, extra))
 
-    def build(self, number: str) -> Table:
+    def build(self, number: str) -> Built:
         number = str(number)
         if number == "3":
             return self.table3()
@@ -408,15 +366,37 @@ def table_fits(config: Mapping[str, Any], number: str) -> list[FitSpec]:
     raise ValueError(f"no model-based table {number!r}; known: {TABLES}")
 
 
-def write_model_table(config: Mapping[str, Any], number: str, fit_dirs: Mapping[tuple[str, str], str],
-                      csv_path: str | Path, tex_path: str | Path) -> Table:
-    """Load the fits ``number`` needs from ``fit_dirs`` and write the table."""
-    from context_effects.tables import write_table
+def table_settings(config: Mapping[str, Any], number: str) -> dict[str, Any]:
+    """Exactly what one model-based table reads from the config (its rule's params): the
+    fits it reports, the variants the plan left out and why, and the values it prints."""
+    c = config["conformity"]
+    f = c["fit"]
+    fits = table_fits(config, number)
+    models = [*c["generators"], *(j for s in fits for j in s.judges)]
+    return {
+        "number": str(number),
+        "fits": [s.as_dict() for s in fits],
+        "omitted": omitted_fits(config),
+        "generators": list(c["generators"]),
+        "datasets": list(c["datasets"]),
+        "display_names": {m: display_name(config, m) for m in dict.fromkeys(models)},
+        "thresholds": thresholds_of(f),
+        "theta_anchor": float(f["theta_anchor"]),
+        "theta_anchor_datasets": list(f["theta_anchor_datasets"]),
+        "run_kind": config["run"]["kind"],
+    }
 
-    thresholds = thresholds_of(config["conformity"]["fit"])
+
+def table_inputs(config: Mapping[str, Any], number: str) -> list[str]:
+    """Summaries and diagnostics (never draws) of the fits a table reports."""
+    return [f"{fit_dir(spec)}/{name}" for spec in table_fits(config, number)
+            for name in ("summary.csv", "diagnostics.json")]
+
+
+def build_table(number: str, settings: Mapping[str, Any]) -> Built:
+    """Load the fits a table reports (from their folders) and build its rows and notes."""
     results = {}
-    for spec in table_fits(config, number):
-        results[(spec.dataset, spec.variant)] = load_fit(spec, fit_dirs[(spec.dataset, spec.variant)], thresholds)
-    table = Builder(config, results).build(number)
-    write_table(table.df, csv_path, tex_path, table.caption, table.label, table.formats, table.notes)
-    return table
+    for d in settings["fits"]:
+        spec = _spec(d)
+        results[(spec.dataset, spec.variant)] = load_fit(spec, fit_dir(spec), settings["thresholds"])
+    return Builder(settings, results).build(number)

@@ -1,6 +1,7 @@
 """Anthropic Messages API through the official SDK (anthropic 2.x).
 
-What the API cannot do is recorded, not papered over (SPEC §3.1):
+What the API cannot do is recorded in each result, not papered over, so a reader
+of the responses sees which settings a hosted model actually ran with:
 
 - no logprobs, so ``first_token_logprobs``/``probe_probs`` stay empty;
 - recent models take no ``temperature``/``top_p`` (the 2.x SDK dropped them), so
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from context_effects.llm.concurrency import HostedAPIBackend, RunContext, SDKErrors
+from context_effects.llm.backends.hosted import HostedAPIBackend, RunContext
+from context_effects.llm.retry import SDKErrors
 from context_effects.llm.types import LLMRequest, LLMResult
 
 # Anthropic's stop reasons mapped onto the OpenAI vocabulary the rest of the
@@ -69,7 +71,7 @@ class AnthropicBackend(HostedAPIBackend):
         return _sdk().AsyncAnthropic(
             api_key=self._api_key,
             base_url=base_url,
-            max_retries=0,  # ours is the only retry loop (concurrency.py)
+            max_retries=0,  # ours is the only retry loop (llm/retry.py)
             timeout=self.retry_policy.request_timeout_s,
         )
 

@@ -3,7 +3,7 @@
 ``OpenAIBackend`` ("openai") talks to api.openai.com (or a configured base_url);
 ``OpenAICompatibleBackend`` ("openai_compatible") is the same client pointed at
 ``vllm serve``, a llama.cpp server or Ollama. Concurrency, retries and batch-id
-persistence come from :class:`~context_effects.llm.concurrency.HostedAPIBackend`.
+persistence come from :class:`~context_effects.llm.backends.hosted.HostedAPIBackend`.
 
 The SDK is imported lazily so that building the DAG (``snakemake -n``) or using
 another backend never needs it installed.
@@ -15,7 +15,8 @@ import json
 import math
 from typing import Any
 
-from context_effects.llm.concurrency import HostedAPIBackend, RunContext, SDKErrors
+from context_effects.llm.backends.hosted import HostedAPIBackend, RunContext
+from context_effects.llm.retry import SDKErrors
 from context_effects.llm.types import LLMRequest, LLMResult
 
 CHAT_ENDPOINT = "/v1/chat/completions"
@@ -118,7 +119,7 @@ class OpenAIBackend(HostedAPIBackend):
         return openai.AsyncOpenAI(
             api_key=self._client_key(),
             base_url=base_url,
-            # Ours is the only retry loop (see concurrency.py); the SDK default of 2
+            # Ours is the only retry loop (see llm/retry.py); the SDK default of 2
             # would multiply it and hide its sleeps from the total-time bound.
             max_retries=0,
             timeout=self.retry_policy.request_timeout_s,

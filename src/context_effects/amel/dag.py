@@ -1,0 +1,111 @@
+"""Study A's part of the DAG: paths, targets and per-rule settings of workflow/rules/amel.smk.
+
+Plain functions of the validated config (``context_effects.config.validate_config``),
+so the rule file holds rules only and each helper is unit-tested. Every settings
+function returns exactly the keys its job reads, so changing another setting reruns
+nothing of that rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from context_effects.dag import items_path
+
+Config = Mapping[str, Any]
+
+PROBABILITIES = "results/amel/probabilities.parquet"
+BIAS_SCORES = "results/amel/bias_scores.parquet"
+
+#: What ``amel_items`` reads: which items are tested and how benchmark questions become items.
+ITEM_KEYS = ("items_per_domain", "answers_per_question", "seed")
+#: What ``amel_requests`` reads: the cells of the design and how P(Yes) is measured.
+DESIGN_KEYS = (
+    "history_lengths",
+    "saturation_share",
+    "position_history_length",
+    "position_biased_turns",
+    "positions",
+    "framing_swap",
+    "framing_history_lengths",
+    "probability_method",
+    "n_samples",
+    "seed",
+)
+#: What ``amel_scores`` reads.
+SCORE_KEYS = ("entropy_threshold_bits",)
+#: The model fields the bias-score table carries (provider, display name, size, backend).
+MODEL_INFO_KEYS = ("backend", "family", "display_name", "params_b")
+
+
+def models(config: Config) -> list[str]:
+    return list(config["amel"]["models"])
+
+
+def domains(config: Config) -> list[str]:
+    """Benchmark domains (answer verification) and item-file domains, in config order."""
+    a = config["amel"]
+    clash = sorted(set(a["benchmark_datasets"]) & set(a["item_files"]))
+    if clash:
+        raise ValueError(
+            f"amel.item_files uses the benchmark name(s) {clash} as domain names; "
+            "rename those domains (benchmark domains are built from results/items/)"
+        )
+    return list(a["benchmark_datasets"]) + list(a["item_files"])
+
+
+def settings(config: Config, keys: tuple[str, ...]) -> dict[str, Any]:
+    """Only the settings a rule uses, so changing another one does not rerun it."""
+    return {k: config["amel"][k] for k in keys}
+
+
+def item_settings(config: Config) -> dict[str, Any]:
+    return settings(config, ITEM_KEYS)
+
+
+def design_settings(config: Config) -> dict[str, Any]:
+    return settings(config, DESIGN_KEYS)
+
+
+def score_settings(config: Config) -> dict[str, Any]:
+    return settings(config, SCORE_KEYS)
+
+
+def score_models(config: Config) -> dict[str, dict[str, Any]]:
+    """Per AMEL model the fields ``scores.bias_scores`` copies into its table."""
+    return {m: {k: config["models"][m][k] for k in MODEL_INFO_KEYS} for m in models(config)}
+
+
+def domain_items(domain: str) -> str:
+    return f"results/amel/items/{domain}.parquet"
+
+
+def domain_source(config: Config, domain: str) -> dict[str, str]:
+    """The benchmark item table or the item file a domain is built from."""
+    item_files = config["amel"]["item_files"]
+    if domain in item_files:
+        return {"item_file": item_files[domain]}
+    return {"item_table": items_path(domain)}
+
+
+def response_shard(model: str, domain: str) -> str:
+    return f"results/responses/amel/judge/{model}/{domain}.parquet"
+
+
+def response_shards(config: Config) -> list[str]:
+    """Every model x domain response shard (answered by the generic rules of llm.smk)."""
+    return [response_shard(m, d) for m in models(config) for d in domains(config)]
+
+
+def enabled(config: Config) -> bool:
+    return bool(config["amel"]["enabled"] and models(config))
+
+
+def targets(config: Config) -> list[str]:
+    """Every AMEL table (CSV + LaTeX) and figure (PDF + PNG); none when the study is off."""
+    if not enabled(config):
+        return []
+    from context_effects.outputs import registry
+
+    return registry("amel").files(config)

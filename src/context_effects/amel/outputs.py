@@ -1,0 +1,177 @@
+"""Study A's tables and figures: one table and one figure per analysis.
+
+Analysis ``<name>`` is computed by ``analysis.<name>_table`` from the item-level
+bias scores (or, for ``probabilities``, the per-cell probabilities) and written as
+``results/tables/amel/<name>.csv/.tex``; ``plots.<name>_figure`` draws it from that
+CSV and the same item-level file into ``results/figures/amel/<name>.pdf/.png``.
+``ANALYSES`` below is the one list of analyses, with their captions and the
+settings each table and figure uses besides the run kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from context_effects.amel.dag import BIAS_SCORES, PROBABILITIES
+from context_effects.dag import run_kind
+from context_effects.outputs import Built, FigureSpec, Registry, TableSpec
+
+STAGE = "analysis"
+STUDY = "amel"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    caption: str
+    #: The item-level file the table and the figure read: "bias_scores" or "probabilities".
+    data: str = "bias_scores"
+    #: amel settings the table function takes as keyword arguments.
+    table_settings: tuple[str, ...] = ()
+    #: amel settings the figure function takes as keyword arguments.
+    figure_settings: tuple[str, ...] = ()
+
+
+_COMMON = "BS = P(r*|treatment) - P(r*|baseline), r* the verdict against the history's polarity; BS < 0 = conforming."
+
+ANALYSES: dict[str, Analysis] = {
+    "effects": Analysis(
+        "AMEL bias scores overall, by model, domain and provider: mean BS with 95% CI, one-sample Cohen's d "
+        "(mean/sd) and t-test against 0. " + _COMMON,
+    ),
+    "entropy": Analysis(
+        "Bias by baseline entropy stratum (deterministic vs uncertain baseline) and the difference (Welch t). "
+        + _COMMON,
+        figure_settings=("entropy_threshold_bits",),
+    ),
+    "asymmetry": Analysis(
+        "Negativity asymmetry: |BS(no-saturated)| / |BS(yes-saturated)| paired per item, model and k; "
+        "ratio of mean BS, ratio of mean |BS|, paired t-test of |BS| (no vs yes).",
+    ),
+    "length": Analysis(
+        "Bias and history length: Spearman rho and OLS slope of BS on k (per turn). " + _COMMON,
+    ),
+    "position": Analysis(
+        "Position of the biased turns inside an otherwise balanced history: mean BS per position and a "
+        "one-way ANOVA across positions. " + _COMMON,
+    ),
+    "framing": Analysis(
+        "Negativity asymmetry under the framing swap (Yes and No trade meanings): persistence in the swapped "
+        "framing points to a token-level, reversal to a semantic asymmetry. asym = mean(|BS no| - |BS yes|).",
+        table_settings=("framing_history_lengths",),
+    ),
+    "congruence": Analysis(
+        "Congruent (the history's prevailing verdict is the item's correct verdict, or its baseline verdict) "
+        "vs incongruent items. " + _COMMON,
+    ),
+    "probabilities": Analysis(
+        "Mean P(Yes) per model and cell, and how it was measured (first-token probabilities or repeated samples).",
+        data="probabilities",
+    ),
+}
+
+#: LaTeX number formats of the analysis tables' columns (the CSVs keep full precision).
+FORMATS = {
+    "params_b": ".2f",
+    "mean_bs": ".3f",
+    "ci_low": ".3f",
+    "ci_high": ".3f",
+    "d": ".2f",
+    "t": ".2f",
+    "p": ".2g",
+    "rho": ".3f",
+    "rho_p": ".2g",
+    "slope": ".4f",
+    "slope_se": ".4f",
+    "slope_ci_low": ".4f",
+    "slope_ci_high": ".4f",
+    "slope_p": ".2g",
+    "F": ".2f",
+    "ratio": ".2f",
+    "ratio_abs": ".2f",
+    "asym": ".3f",
+}
+
+_DATA_PATHS = {"bias_scores": BIAS_SCORES, "probabilities": PROBABILITIES}
+
+
+def table_path(name: str) -> str:
+    return f"results/tables/{STUDY}/{name}.csv"
+
+
+def analysis_table(name: str, data: Any, settings: Mapping[str, Any]) -> Any:
+    """Analysis ``name``'s table (a DataFrame) from its item-level data and the amel settings."""
+    from context_effects.amel import analysis
+
+    kwargs = {k: settings[k] for k in ANALYSES[name].table_settings}
+    return getattr(analysis, f"{name}_table")(data, **kwargs)
+
+
+def analysis_figure(name: str, table: Any, data: Any, settings: Mapping[str, Any], note: str = "") -> Any:
+    """Analysis ``name``'s Matplotlib figure from its table (as written) and its item-level data."""
+    from context_effects.amel import plots
+
+    kwargs = {k: settings[k] for k in ANALYSES[name].figure_settings}
+    return getattr(plots, f"{name}_figure")(table, data, note=note, **kwargs)
+
+
+def _settings(keys: tuple[str, ...]):
+    def settings(config: Mapping[str, Any]) -> dict[str, Any]:
+        return {"run_kind": run_kind(config), **{k: config["amel"][k] for k in keys}}
+
+    return settings
+
+
+def _table_spec(name: str, a: Analysis) -> TableSpec:
+    def inputs(config: Mapping[str, Any]) -> dict[str, str]:
+        return {a.data: _DATA_PATHS[a.data]}
+
+    def build(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> Built:
+        import pandas as pd
+
+        from context_effects.tables import run_notes
+
+        df = analysis_table(name, pd.read_parquet(inputs[a.data]), settings)
+        return Built(df, run_notes(settings["run_kind"]))
+
+    return TableSpec(
+        name=name,
+        stage=STAGE,
+        caption=a.caption,
+        label=f"tab:amel-{name}",
+        inputs=inputs,
+        build=build,
+        settings=_settings(a.table_settings),
+        formats=FORMATS,
+    )
+
+
+def _figure_spec(name: str, a: Analysis) -> FigureSpec:
+    def inputs(config: Mapping[str, Any]) -> dict[str, str]:
+        return {"table": table_path(name), a.data: _DATA_PATHS[a.data]}
+
+    def draw(inputs: Mapping[str, Any], settings: Mapping[str, Any]):
+        import pandas as pd
+
+        from context_effects.tables import run_notes
+
+        note = " ".join(run_notes(settings["run_kind"]))
+        fig = analysis_figure(name, pd.read_csv(inputs["table"]), pd.read_parquet(inputs[a.data]), settings, note)
+        return fig, None
+
+    return FigureSpec(
+        name=name,
+        stage=STAGE,
+        caption=a.caption,
+        inputs=inputs,
+        draw=draw,
+        settings=_settings(a.figure_settings),
+        formats=("pdf", "png"),
+    )
+
+
+REGISTRY = Registry(
+    STUDY,
+    [_table_spec(n, a) for n, a in ANALYSES.items()] + [_figure_spec(n, a) for n, a in ANALYSES.items()],
+)

@@ -1,0 +1,118 @@
+"""Study H's simulated judge in the synthetic backend (``context_effects.llm.backends.synthetic``).
+
+Meta contract
+-------------
+::
+
+    {"study": "anchoring", "task_id": str,
+     "condition": "blind" | "framing" | "anchor",
+     "gold_score": int, "prior_score": int (required for anchor),
+     "repetition": int (optional, bookkeeping only)}
+
+``E_blind = gold + anchoring_bias + u_task``, ``u_task ~ N(0,
+anchoring_task_bias_sd)`` per task (:func:`anchoring_blind_mean`); ::
+
+    x = E_blind + anchoring_noise_sd·ε
+        + 1[framing, or anchor when anchoring_framing_in_anchor]·δ_framing
+        + 1[anchor]·λ·(prior_score − E_blind)
+    score = clip(round_half_up(x), 1, 5),   reply {"score": score}
+
+(the anchor prompt also says the answer was reviewed before, so by default it
+carries the framing shift too; anchor − framing then isolates λ).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from context_effects.anchoring.judging import SCORE_MAX, SCORE_MIN
+from context_effects.llm.backends.synthetic import (
+    SyntheticBackend,
+    choice,
+    meta_int,
+    param_number,
+    require,
+    seeded,
+)
+from context_effects.llm.types import LLMRequest
+
+ANCHORING_CONDITIONS = ("blind", "framing", "anchor")
+
+#: Study H's planted values (seed 001), with their meaning.
+DEFAULTS: dict[str, Any] = {
+    "anchoring_bias": 0.0,  # judge leniency in score points (E_blind - gold, task-averaged)
+    "anchoring_task_bias_sd": 0.3,  # SD of the per-task misjudgement u_task
+    "anchoring_noise_sd": 0.5,  # SD of per-judgment noise before rounding
+    "anchoring_lambda": 0.3,  # λ: pull toward the displayed prior score
+    "anchoring_framing_shift": 0.1,  # δ_framing: shift from "was reviewed before"
+    "anchoring_framing_in_anchor": True,  # anchor prompts carry δ_framing too
+}
+
+#: Per-family values.
+PROFILES: dict[str, dict[str, Any]] = {
+    "qwen": {"anchoring_bias": 0.1},
+    "mistral": {"anchoring_bias": 0.3},
+    "gemma": {"anchoring_bias": -0.2},
+    "llama": {"anchoring_bias": 0.0},
+    "gpt-4o": {"anchoring_bias": -0.1},
+    "gpt-5": {"anchoring_bias": -0.1},
+}
+
+NESTED: dict[str, tuple[str, ...]] = {}
+
+
+def validate(p: Mapping[str, Any]) -> dict[str, Any]:
+    """Study H's planted values of ``p``, checked and normalised."""
+    out: dict[str, Any] = {}
+    for key in ("anchoring_bias", "anchoring_framing_shift", "anchoring_lambda"):
+        out[key] = param_number(key, p[key])
+    for key in ("anchoring_task_bias_sd", "anchoring_noise_sd"):
+        out[key] = param_number(key, p[key], lo=0.0)
+    if not isinstance(p["anchoring_framing_in_anchor"], bool):
+        raise ValueError("synthetic param 'anchoring_framing_in_anchor' must be true or false")
+    out["anchoring_framing_in_anchor"] = p["anchoring_framing_in_anchor"]
+    return out
+
+
+def planted(eff: Mapping[str, Any]) -> dict[str, Any]:
+    """Study H's section of ``planted_effects``."""
+    return {
+        "bias": eff["anchoring_bias"],
+        "task_bias_sd": eff["anchoring_task_bias_sd"],
+        "noise_sd": eff["anchoring_noise_sd"],
+        "lambda": eff["anchoring_lambda"],
+        "framing_shift": eff["anchoring_framing_shift"],
+        "framing_in_anchor": eff["anchoring_framing_in_anchor"],
+    }
+
+
+def anchoring_blind_mean(backend: SyntheticBackend, task_id: str, gold_score: float) -> float:
+    """E_blind = gold + anchoring_bias + u_task (latent, before noise, rounding, clipping)."""
+    u = seeded("anchoring-task", backend.seed, backend.model_name, str(task_id)).standard_normal()
+    return float(gold_score + backend.params["anchoring_bias"] + backend.params["anchoring_task_bias_sd"] * u)
+
+
+def answer(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], rng: np.random.Generator):
+    what = "study='anchoring'"
+    require(meta, ("task_id", "condition", "gold_score"), what)
+    cond = choice(meta, "condition", ANCHORING_CONDITIONS, what)
+    gold = meta_int(meta, "gold_score", what)
+    prior = None
+    if cond == "anchor":
+        require(meta, ("prior_score",), f"{what} condition='anchor'")
+        prior = meta_int(meta, "prior_score", what)
+    p = backend.params
+    eps = rng.standard_normal()
+    blind = anchoring_blind_mean(backend, meta["task_id"], gold)
+    x = blind + p["anchoring_noise_sd"] * eps
+    if cond == "framing" or (cond == "anchor" and p["anchoring_framing_in_anchor"]):
+        x += p["anchoring_framing_shift"]
+    if cond == "anchor":
+        x += p["anchoring_lambda"] * (prior - blind)
+    score = int(min(SCORE_MAX, max(SCORE_MIN, math.floor(x + 0.5))))
+    return json.dumps({"score": score}), "stop", {}

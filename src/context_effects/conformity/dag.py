@@ -1,0 +1,220 @@
+"""Study C's DAG helpers: file paths, shard lists, per-rule settings and targets, as
+plain functions of the validated config (the rule files under workflow/rules/ hold
+rules only; see docs/architecture.md, "DAG helpers").
+
+Which measurement-model fits exist is decided once, by
+``context_effects.measurement.pipeline.fit_plan``; which tables and figures exist, by
+the study registry ``context_effects.conformity.outputs.REGISTRY``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from context_effects.conformity.judging import items_per_judge_shard, n_judge_shards
+from context_effects.conformity.stages import n_shards, shard_label
+from context_effects.measurement.pipeline import family_of, find_spec, fit_plan
+
+Config = Mapping[str, Any]
+
+#: What one measurement-model fit writes into its folder.
+FIT_FILES = ("posterior.nc", "summary.csv", "diagnostics.json", "quality.parquet")
+#: The per-answer metric stages (one rule each) of the external validation.
+METRIC_KINDS = ("text", "neural", "classifiers")
+
+
+def datasets(config: Config) -> list[str]:
+    return list(config["conformity"]["datasets"])
+
+
+def generators(config: Config) -> list[str]:
+    return list(config["conformity"]["generators"])
+
+
+# --- generation ------------------------------------------------------------------------
+
+
+def shards(config: Config, dataset: str) -> list[str]:
+    """Labels of the generation shards (blocks of items) of a dataset."""
+    n_items = config["datasets"][dataset]["n_items"]
+    size = config["conformity"]["generation"]["shard_size"]
+    return [shard_label(i) for i in range(n_shards(n_items, size))]
+
+
+def executions(config: Config) -> list[tuple[str, int]]:
+    """(corpus, seed) of every generation run: the main corpus per seed label, and the
+    self-contained decomposition corpus (seed 002, "Experimental design")."""
+    c = config["conformity"]
+    runs = [("main", s) for s in c["seeds"]]
+    if c["decomposition"]["enabled"]:
+        runs.append(("decomp", c["decomposition"]["seed"]))
+    return runs
+
+
+def response_shards(config: Config, dataset: str) -> list[str]:
+    """Every Round-1 and Round-2 response shard of a dataset (the answers table's inputs)."""
+    return [
+        f"results/responses/conformity/{corpus}-{stage}-s{seed}/{gen}/{dataset}-{shard}.parquet"
+        for corpus, seed in executions(config)
+        for stage in ("round1", "round2")
+        for gen in generators(config)
+        for shard in shards(config, dataset)
+    ]
+
+
+def synthetic_anchors(config: Config) -> bool:
+    """A synthetic run's anchors come from the synthetic generator (tagged ±θ_a, see
+    ``conformity.requests.anchor_requests``); a real run judges the fixed gold and
+    attractor texts."""
+    first = generators(config)[0]
+    return config["models"][first]["backend"] == "synthetic"
+
+
+def anchor_generator(config: Config) -> list[str]:
+    """The generator that writes synthetic anchors (the first), as a one-name list."""
+    return generators(config)[:1]
+
+
+def anchor_response_shards(config: Config, dataset: str) -> list[str]:
+    if not synthetic_anchors(config):
+        return []
+    gen = generators(config)[0]
+    return [
+        f"results/responses/conformity/anchors/{gen}/{dataset}-{shard}.parquet"
+        for shard in shards(config, dataset)
+    ]
+
+
+# --- judging ---------------------------------------------------------------------------
+
+
+def all_judges(config: Config) -> list[str]:
+    c = config["conformity"]
+    return list(c["judges"]) + list(c["hosted_judges"])
+
+
+def judges(config: Config, dataset: str) -> list[str]:
+    """Open judges rate every dataset; hosted judges only ``hosted_judge_datasets``."""
+    c = config["conformity"]
+    hosted = c["hosted_judges"] if dataset in c["hosted_judge_datasets"] else []
+    return list(c["judges"]) + [j for j in hosted if j not in c["judges"]]
+
+
+def is_hosted_judge(config: Config, judge: str) -> bool:
+    return judge in config["conformity"]["hosted_judges"]
+
+
+def judge_shards(config: Config, dataset: str, judge: str) -> list[str]:
+    n_items = config["datasets"][dataset]["n_items"]
+    n = n_judge_shards(n_items, config["conformity"], is_hosted_judge(config, judge))
+    return [shard_label(i) for i in range(n)]
+
+
+def judge_block(config: Config, judge: str) -> dict[str, Any]:
+    """How one judge's shards cut the items: items per shard (sized from
+    ``judging.shard_size``) and whether the judge is a hosted audit judge (it rates the
+    primary main corpus and the anchors only, so more items fit one shard)."""
+    hosted = is_hosted_judge(config, judge)
+    return {"items_per_shard": items_per_judge_shard(config["conformity"], hosted), "hosted": hosted}
+
+
+def judge_response_shards(config: Config, dataset: str) -> list[str]:
+    return [
+        f"results/responses/conformity/judge/{judge}/{dataset}-{shard}.parquet"
+        for judge in judges(config, dataset)
+        for shard in judge_shards(config, dataset, judge)
+    ]
+
+
+def answers_tables(config: Config) -> list[str]:
+    return [f"results/conformity/answers/{d}.parquet" for d in datasets(config)]
+
+
+def ratings_tables(config: Config) -> list[str]:
+    return [f"results/conformity/ratings/{d}.parquet" for d in datasets(config)]
+
+
+def revisions_tables(config: Config) -> list[str]:
+    return [f"results/conformity/revisions/{d}.parquet" for d in datasets(config)]
+
+
+# --- measurement model ---------------------------------------------------------------------
+
+
+def fit_variants(config: Config) -> list[str]:
+    return sorted({spec.variant for spec in fit_plan(config)})
+
+
+def fit_spec(config: Config, dataset: str, variant: str) -> dict[str, Any]:
+    return find_spec(config, dataset, variant).as_dict()
+
+
+def fit_families(config: Config, dataset: str, variant: str) -> dict[str, str]:
+    """Model family of the fit's judges and generators (self-rating exclusion, Table 17)."""
+    names = set(find_spec(config, dataset, variant).judges) | set(generators(config))
+    return {name: family_of(config, name) for name in sorted(names)}
+
+
+#: Fit settings that decide which fits exist or how tables judge them, not how a fit
+#: runs: changing one reruns the tables, never the fits.
+_NOT_SAMPLER = (
+    "theta_anchor_sensitivity",
+    "theta_anchor_datasets",
+    "max_rhat",
+    "min_ess_bulk",
+    "min_ess_tail",
+    "max_divergences",
+)
+
+
+def fit_settings(config: Config) -> dict[str, Any]:
+    """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys)."""
+    return {k: v for k, v in config["conformity"]["fit"].items() if k not in _NOT_SAMPLER}
+
+
+def fit_threads(config: Config) -> int:
+    """One core per chain when the chains run in parallel (one JAX host device each)."""
+    f = config["conformity"]["fit"]
+    if f["method"] == "nuts" and f["chain_method"] == "parallel":
+        return f["chains"]
+    return 1
+
+
+def quality_tables(config: Config) -> list[str]:
+    """Per-answer latent quality of each dataset's main fit (Table 15's input)."""
+    return [f"results/conformity/quality/{spec.dataset}.parquet" for spec in fit_plan(config) if spec.kind == "main"]
+
+
+# --- external validation and text metrics ------------------------------------------------
+
+
+def metric_rows(config: Config, kind: str) -> list[str]:
+    return [f"results/conformity/metrics/{kind}/{d}.parquet" for d in datasets(config)]
+
+
+def metric_infos(config: Config, kinds: tuple[str, ...] = METRIC_KINDS) -> list[str]:
+    return [f"results/conformity/metrics/{kind}/{d}.json" for kind in kinds for d in datasets(config)]
+
+
+def merged_metrics(config: Config) -> list[str]:
+    return [f"results/conformity/metrics/{d}.parquet" for d in datasets(config)]
+
+
+def metric_gpu_type(config: Config) -> str:
+    gpu = config["conformity"]["validation"]["gpu"]
+    return (gpu["model"] or "") if gpu["count"] else ""
+
+
+# --- targets ---------------------------------------------------------------------------
+
+
+def targets(config: Config) -> list[str]:
+    """Every file Study C produces: answers and ratings tables, per-answer quality, and
+    every table and figure of its registry."""
+    if not config["conformity"]["enabled"]:
+        return []
+    from context_effects.conformity.outputs import REGISTRY
+
+    return answers_tables(config) + ratings_tables(config) + quality_tables(config) + REGISTRY.files(config)
+

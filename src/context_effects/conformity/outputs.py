@@ -1,0 +1,353 @@
+"""Study C's registry: every table and figure of the study (seed 002), with the files
+each reads, the settings its builder uses, its caption, label and formats.
+
+Stages (one wildcard rule each, workflow/rules/conformity_*.smk):
+
+* ``descriptive`` — the model-free results from the ratings and answers tables
+  (Tables 1, 2, 5, Krippendorff's alpha, the flip share, parse failures, the
+  rating-distribution figure): ``context_effects.conformity.descriptive``;
+* ``fit`` — the measurement model's tables (3, 4, 9, 10-12, 17, 20) from fit
+  summaries: ``context_effects.measurement.report``;
+* ``metrics`` — external validation, text metrics, models, budget and packages
+  (Tables 6-8, 13-16, 18, 19): ``context_effects.metrics.tables``.
+
+Builders import their modules inside the function: the Snakefile lists this registry
+while it builds the DAG, which must stay fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from functools import partial
+from typing import Any
+
+import pandas as pd
+
+from context_effects.conformity import dag
+from context_effects.measurement.pipeline import DECOMPOSITION_TABLES
+from context_effects.outputs import Built, FigureSpec, Registry, TableSpec
+
+Config = Mapping[str, Any]
+log = logging.getLogger("context_effects")
+
+DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
+
+
+# --- descriptive stage -------------------------------------------------------------------
+
+
+def _ratings(config: Config) -> dict[str, list[str]]:
+    return {"ratings": dag.ratings_tables(config)}
+
+
+def _revisions(config: Config) -> dict[str, list[str]]:
+    return {"revisions": dag.revisions_tables(config)}
+
+
+def _panel_settings(config: Config) -> dict[str, Any]:
+    c = config["conformity"]
+    return {"datasets": list(c["datasets"]), "primary_seed": int(c["primary_seed"]), "run_kind": config["run"]["kind"]}
+
+
+def _dataset_settings(config: Config) -> dict[str, Any]:
+    return {"datasets": list(config["conformity"]["datasets"]), "run_kind": config["run"]["kind"]}
+
+
+def _per_dataset(paths: list[str], settings: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    return {d: pd.read_parquet(p) for d, p in zip(settings["datasets"], paths, strict=True)}
+
+
+def _panel_note(s: Mapping[str, Any]) -> str:
+    return (f"Open judge panel, blind pass, main corpus at the primary seed ({s['primary_seed']}); "
+            "missing ratings excluded.")
+
+
+def _notes(s: Mapping[str, Any]) -> list[str]:
+    from context_effects.tables import run_notes
+
+    return run_notes(s["run_kind"])
+
+
+def build_table2(inputs, s) -> Built:
+    from context_effects.conformity import descriptive as D
+
+    table = D.mean_blind_ratings(_per_dataset(inputs["ratings"], s), s["primary_seed"])
+    return Built(table, [_panel_note(s), *_notes(s)])
+
+
+def build_table5(inputs, s) -> Built:
+    from context_effects.conformity import descriptive as D
+
+    return Built(D.anchor_audit(_per_dataset(inputs["ratings"], s)),
+                 ["Ranked higher: share of (item, judge) pairs with correct anchor rated strictly above the "
+                  "incorrect anchor; open judge panel.", *_notes(s)])
+
+
+def build_agreement(inputs, s) -> Built:
+    from context_effects.conformity import descriptive as D
+
+    return Built(D.blind_agreement(_per_dataset(inputs["ratings"], s), s["primary_seed"]),
+                 [_panel_note(s) + " Units are answers, coders are judges.", *_notes(s)])
+
+
+def build_parse_failures(inputs, s) -> Built:
+    from context_effects.conformity import descriptive as D
+
+    return Built(D.parse_failures(_per_dataset(inputs["ratings"], s)),
+                 ["A missing rating is left out of every analysis, never imputed.", *_notes(s)])
+
+
+def build_flip_share(inputs, s) -> Built:
+    from context_effects.conformity import descriptive as D
+
+    return Built(D.flip_share(_per_dataset(inputs["revisions"], s)),
+                 ["Flip indicator: the answer's side is the candidate set (gold and other correct answers vs "
+                  "attractor and other incorrect answers) with the highest token F1; mean blind panel ratings.",
+                  *_notes(s)])
+
+
+def build_table1(inputs, s) -> Built:
+    from context_effects.conformity import descriptive as D
+
+    revisions = _per_dataset(inputs["revisions"], s)[s["datasets"][0]]
+    table, branch = D.example_table(revisions)
+    log.info("example: %s", branch)
+    return Built(table, [D.TABLE1_RULE, *_notes(s)])
+
+
+def draw_rating_distributions(inputs, s):
+    from context_effects.conformity import descriptive as D
+
+    dist = D.rating_distribution(_per_dataset(inputs["ratings"], s), s["primary_seed"])
+    return D.plot_rating_distribution(dist, s["datasets"]), dist
+
+
+# --- fit stage ---------------------------------------------------------------------------
+
+
+def _fit_inputs(number: str, config: Config) -> dict[str, list[str]]:
+    from context_effects.measurement.report import table_inputs
+
+    return {"fits": table_inputs(config, number)}
+
+
+def _fit_settings(number: str, config: Config) -> dict[str, Any]:
+    from context_effects.measurement.report import table_settings
+
+    return table_settings(config, number)
+
+
+def _build_fit_table(number: str, inputs, s) -> Built:
+    from context_effects.measurement.report import build_table
+
+    return build_table(number, s)
+
+
+def _fit_table(number: str, caption: str, label: str, formats: Mapping[str, str] | None = None) -> TableSpec:
+    return TableSpec(
+        name=f"table{number}",
+        stage="fit",
+        caption=caption,
+        label=label,
+        inputs=partial(_fit_inputs, number),
+        settings=partial(_fit_settings, number),
+        build=partial(_build_fit_table, number),
+        formats=dict(formats or {}),
+    )
+
+
+def _decomposition_table(dataset: str, number: int) -> TableSpec:
+    return _fit_table(
+        str(number),
+        f"{DATASET_LABELS[dataset]} decomposition of the total Round 2 shift into second-pass revision (Delta_sp), "
+        "content exposure (Delta_content,k) and the peer-presentation residual (Delta_pp,c). Entries are posterior "
+        "means with 95% credible intervals.",
+        f"tab:conformity-decomposition-{dataset.replace('_', '-')}",
+    )
+
+
+# --- metrics stage -------------------------------------------------------------------------
+
+
+def _metrics(config: Config) -> dict[str, list[str]]:
+    return {"metrics": dag.merged_metrics(config)}
+
+
+def _run_only(config: Config) -> dict[str, Any]:
+    return {"run_kind": config["run"]["kind"]}
+
+
+def _validation(config: Config, *keys: str) -> dict[str, Any]:
+    v = config["conformity"]["validation"]
+    return {**{k: v[k] for k in keys}, "run_kind": config["run"]["kind"]}
+
+
+def _used_models(config: Config) -> list[str]:
+    c = config["conformity"]
+    return list(dict.fromkeys(c["generators"] + c["judges"] + c["hosted_judges"]))
+
+
+def _table6_settings(config: Config) -> dict[str, Any]:
+    c = config["conformity"]
+    return {
+        "roles": {k: list(c[k]) for k in ("generators", "judges", "hosted_judges")},
+        "models": {m: dict(config["models"][m]) for m in _used_models(config)},
+        "validation": {k: c["validation"][k]
+                       for k in ("nli_model", "bertscore_model", "sbert_model", "truth_judge", "info_judge")},
+        "run_kind": config["run"]["kind"],
+    }
+
+
+def _table7_inputs(config: Config) -> dict[str, list[str]]:
+    """Table 7 is a late rule: it runs after the outputs whose jobs it measures (answers,
+    ratings, metric and quality tables, this stage's other tables), so the benchmark files
+    of everything the run did are on disk when it reads them."""
+    late = [f for t in REGISTRY.tables("metrics") if t.name not in ("table6", "table7", "table8")
+            for f in (f"results/tables/conformity/{t.name}.csv", f"results/tables/conformity/{t.name}.tex")]
+    return {"late": dag.answers_tables(config) + late}
+
+
+def _table7_settings(config: Config) -> dict[str, Any]:
+    from context_effects.dag import model_gpus, vllm_models
+
+    n = config["conformity"]["validation"]["gpu"]["count"]
+    return {
+        "benchmark_root": "benchmarks",
+        "model_gpus": {m: model_gpus(config, m) for m in vllm_models(config)},
+        "stage_gpus": {"conformity_metrics/neural": n, "conformity_metrics/classifiers": n},
+        "run_kind": config["run"]["kind"],
+    }
+
+
+_TABLE8_FIT_KEYS = ("method", "chains", "warmup", "samples", "target_accept", "max_tree_depth", "precision",
+                    "theta_anchor")
+
+
+def _table8_settings(config: Config) -> dict[str, Any]:
+    c = config["conformity"]
+    return {
+        "packages_config": {
+            "conformity": {
+                **{k: list(c[k]) for k in ("generators", "judges", "hosted_judges")},
+                "generation": dict(c["generation"]),
+                "judging": dict(c["judging"]),
+                "fit": {k: c["fit"][k] for k in _TABLE8_FIT_KEYS},
+                "validation": dict(c["validation"]),
+            },
+            "models": {m: {"model_id": config["models"][m]["model_id"]} for m in _used_models(config)},
+        },
+        "ledger_root": "results/ledgers/conformity",
+        "run_kind": config["run"]["kind"],
+    }
+
+
+def _label_then_numbers(df: pd.DataFrame) -> str:
+    return "l" + "r" * (len(df.columns) - 1)
+
+
+def _metrics_builder(name: str):
+    def build(inputs, s) -> Built:
+        from context_effects.metrics import tables
+
+        return getattr(tables, name)(inputs, s)
+
+    build.__name__ = f"build_{name}"
+    return build
+
+
+REGISTRY = Registry("conformity", [
+    # descriptive
+    TableSpec("table1", "descriptive",
+              "An example of quality change without a simple answer flip ({datasets[0]}).", "tab:example",
+              inputs=_revisions, settings=_dataset_settings, build=build_table1, align="lp{0.75\\linewidth}"),
+    TableSpec("table2", "descriptive",
+              "Mean blind ratings by peer condition; the last column is AllCorrect minus AllWrong.",
+              "tab:mean-blind-ratings", inputs=_ratings, settings=_panel_settings, build=build_table2,
+              formats={"n_ratings": "d"}),
+    TableSpec("table5", "descriptive",
+              "Anchor-recognition audit under reference-free and reference-augmented scoring.", "tab:anchor-audit",
+              inputs=_ratings, settings=_dataset_settings, build=build_table5),
+    TableSpec("agreement", "descriptive", "Krippendorff's alpha of the blind judge panel.", "tab:blind-agreement",
+              inputs=_ratings, settings=_panel_settings, build=build_agreement),
+    TableSpec("flip_share", "descriptive",
+              "All-wrong revisions a binary flip indicator scores as unchanged that still lost at least one blind "
+              "rating point.", "tab:flip-share", inputs=_revisions, settings=_dataset_settings,
+              build=build_flip_share),
+    TableSpec("parse_failures", "descriptive",
+              "Judge replies without a valid rating after every re-ask, by judge, pass and condition.",
+              "tab:parse-failures", inputs=_ratings, settings=_dataset_settings, build=build_parse_failures,
+              formats={"missing_rate": ".3f"}),
+    FigureSpec("rating_distributions", "descriptive",
+               "Distribution of blind ratings (1-5) by dataset and condition: open judge panel, main corpus at "
+               "the primary seed.", inputs=_ratings, settings=_panel_settings, draw=draw_rating_distributions,
+               formats=("csv", "pdf", "png")),
+    # fit
+    _fit_table("3",
+               "Recalibrated total Round 2 condition shifts and harmful-beneficial asymmetry Asym_total (Eq. 5) by "
+               "generator and dataset. Cells report posterior means with 95% credible intervals. Estimates come "
+               "from the pooled per-dataset fits; convergence diagnostics are in Table 9.",
+               "tab:conformity-total-shifts"),
+    _fit_table("4",
+               "Evaluator-side peer-context sensitivity by judge. Each loading gamma_j is identified from blind and "
+               "informed ratings of the same generated answers. gamma_j > 0: the judge shifts toward the "
+               "peer-endorsed position; gamma_j < 0: away from it.",
+               "tab:conformity-gamma", {"gamma_j": "+.3f", "Pr(gamma_j > 0)": ".2f"}),
+    _fit_table("9", "Convergence diagnostics of every measurement-model fit.", "tab:conformity-diagnostics",
+               {"R-hat": ".3f", "ESS bulk": ".0f", "ESS tail": ".0f"}),
+    *(_decomposition_table(ds, n) for ds, n in DECOMPOSITION_TABLES.items()),
+    _fit_table("17",
+               "Self-preference robustness of the harmful-beneficial contrast Asym_total: the refit removes every "
+               "rating a judge assigned to answers of its own model family, keeping anchors.",
+               "tab:conformity-self-exclusion"),
+    _fit_table("20",
+               "Anchor-scale sensitivity of the differential-harm contrast Asym_total as the pinned anchor "
+               "magnitude theta_a varies. Entries are posterior means with 95% credible intervals; the magnitude "
+               "should rescale with theta_a while signs and generator ordering stay.",
+               "tab:conformity-anchor-scale", {"theta_a": ".1f"}),
+    # metrics
+    TableSpec("table6", "metrics", "Models used in the study and their parameter counts.", "tab:models",
+              inputs=lambda config: {"infos": dag.metric_infos(config)}, settings=_table6_settings,
+              build=_metrics_builder("table6")),
+    TableSpec("table7", "metrics",
+              "Computational budget per stage, measured from the Snakemake benchmark files.", "tab:budget",
+              inputs=_table7_inputs, settings=_table7_settings, build=_metrics_builder("table7"),
+              formats={"Wall h": ".3f", "CPU h": ".3f", "GPU h": ".3f", "Max RSS (MB)": ".0f"}),
+    TableSpec("table8", "metrics",
+              "External packages, model checkpoints and principal configuration settings.", "tab:packages",
+              inputs=lambda config: {"infos": dag.metric_infos(config), "answers": dag.answers_tables(config)},
+              settings=_table8_settings, build=_metrics_builder("table8"), align="llll"),
+    TableSpec("table13", "metrics",
+              "Reference-based lexical metrics for Round 2 answers by dataset and condition (against the gold "
+              "answer; BLEU = mean sentence BLEU, 0-100).", "tab:lexical", inputs=_metrics,
+              settings=lambda config: _validation(config, "meteor_alpha", "meteor_beta", "meteor_gamma"),
+              build=_metrics_builder("table13"), formats={"BLEU": ".2f", "Corpus BLEU": ".2f"}),
+    TableSpec("table14", "metrics",
+              "Semantic similarity to the gold answer and to the peer block, and BERTScore F1 against gold, for "
+              "Round 2 answers.", "tab:semantic",
+              inputs=lambda config: {**_metrics(config), "infos": dag.metric_infos(config, ("neural",))},
+              settings=_run_only, build=_metrics_builder("table14")),
+    TableSpec("table15", "metrics",
+              "Convergent validity: Spearman rho between blind latent quality and external metrics over "
+              "non-anchor answers.", "tab:convergent",
+              inputs=lambda config: {**_metrics(config), "quality": dag.quality_tables(config)},
+              settings=_run_only, build=_metrics_builder("table15"), align=_label_then_numbers),
+    TableSpec("table16", "metrics",
+              "Fixed-classifier validation by benchmark and Round 2 condition. False endorsement is NLI "
+              "entailment of the wrong attractor (lower is better); truth and info judge scores are "
+              "higher-is-better.", "tab:classifiers", inputs=_metrics,
+              settings=lambda config: _validation(config, "nli_model", "truth_judge", "info_judge",
+                                                  "truth_judge_datasets"),
+              build=_metrics_builder("table16"), align="llrrrr"),
+    TableSpec("table18", "metrics",
+              "Readability of Round 2 answers by dataset and peer condition (textstat).", "tab:readability",
+              inputs=_metrics, settings=_run_only, build=_metrics_builder("table18"),
+              formats={"Flesch RE": ".1f", "FK Grade": ".2f", "Fog": ".2f"}),
+    TableSpec("table19", "metrics",
+              "Model-free Round 2 rating shifts by benchmark and question-difficulty tercile (difficulty = mean "
+              "blind Round 1 rating), with a question-level bootstrap CI of |Delta All-Wrong| - Delta "
+              "All-Correct.", "tab:difficulty", inputs=_ratings,
+              settings=lambda config: _validation(config, "bootstrap_resamples", "bootstrap_seed",
+                                                  "confidence_level"),
+              build=_metrics_builder("table19"), formats={"questions": "d"}),
+])

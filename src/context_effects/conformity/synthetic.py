@@ -1,0 +1,338 @@
+"""Study C's simulated model in the synthetic backend (``context_effects.llm.backends.synthetic``).
+
+Meta contract
+-------------
+1. Generator::
+
+       {"study": "conformity", "role": "generator",
+        "item_id": str, "generator": str, "condition": str}
+
+   ``condition`` ∈ round1, no_peer, content_correct, content_wrong,
+   content_mixed, peer_correct, peer_wrong, peer_mixed, anchor_correct,
+   anchor_incorrect. Latent quality::
+
+       θ = b_t + η[condition] + σ_θ·ε,   b_t ~ N(quality_mean, σ_b), ε ~ N(0, 1)
+
+   ``b_t`` is drawn once per ``(item_id, generator)`` (shared by all answers of
+   the trial, :func:`trial_baseline`); ``η[round1] = 0``; anchors are exactly
+   ``anchor_correct → +θ_a`` and ``anchor_incorrect → −θ_a`` (no baseline, no
+   noise). Reply text: ``"[synthetic q=+0.4123] <short sentence>"`` (θ to 4
+   decimals). With probability ``empty_rate`` the reply is ``""``
+   (finish_reason "stop") to exercise the generation-retry path.
+
+2. Judge::
+
+       {"study": "conformity", "role": "judge", "judge": str,
+        "pass": "blind" | "informed", "d": +1 | 0 | -1,
+        "reference": "augmented" | "free"   (optional),
+        "generator": str                     (optional)}
+
+   ``d`` is required for ``pass == "informed"`` (all-correct +1, mixed 0,
+   all-wrong −1) and ignored for blind. θ is read from the **last**
+   ``[synthetic q=…]`` tag in the last user message (error result if none).
+   ``μ = α'(θ − β) + 1[informed]·γ·d + 1[generator == judge]·self_preference``
+   with ``α' = α·reference_free_alpha_scale`` when ``reference == "free"``
+   (reference-free anchor scoring, seed 002 Table 5), else ``α``. Rating
+   ``y ~ OrderedLogistic(μ, κ)`` (4 cutpoints, categories 1–5), reply
+   ``{"rating": y}``. With probability ``parse_failure_rate`` the reply is
+   malformed instead, one of four kinds chosen uniformly: prose without JSON,
+   an out-of-range rating (6–10), truncated JSON (finish_reason "length"), or a
+   string rating.
+
+``meta["generator"]`` / ``meta["judge"]`` only identify the trial (for ``b_t``)
+and self-ratings; the planted values are those of the backend's model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from context_effects.conformity.conditions import CONDITIONS, ROUND2_CONDITIONS
+from context_effects.llm.backends.synthetic import (
+    MetaError,
+    SyntheticBackend,
+    choice,
+    param_number,
+    require,
+    seeded,
+    sigmoid,
+)
+from context_effects.llm.types import LLMRequest
+
+GENERATION_CONDITIONS = CONDITIONS
+#: Conditions with a planted shift η (round1 is the reference, η = 0; anchors are pinned).
+ETA_CONDITIONS = ROUND2_CONDITIONS
+JUDGE_PASSES = ("blind", "informed")
+JUDGE_D = (1, 0, -1)
+REFERENCE_KINDS = ("augmented", "free")
+N_CATEGORIES = 5
+
+TAG_RE = re.compile(r"\[synthetic q=([+-]?(?:\d+(?:\.\d*)?|\.\d+))\]")
+
+#: Study C's planted values, with their meaning.
+DEFAULTS: dict[str, Any] = {
+    # --- generation (seed 002 Eq. 6) ---
+    "quality_mean": 0.0,  # mean of the trial baseline b_t (generator ability)
+    "sigma_b": 0.7,  # SD of b_t across trials (question x generator)
+    "sigma_theta": 0.25,  # SD of the answer-level deviation σ_θ·ε
+    "theta_anchor": 1.5,  # anchors pinned at ±θ_a
+    # Round 2 condition shift η_c relative to Round 1 (η[round1] = 0), built as
+    # Δ_sp + Δ_content,k + Δ_pp,c (seed 002 Eq. 1-4): no_peer = Δ_sp = -0.05,
+    # content = Δ_sp + {correct +0.05, wrong -0.20, mixed -0.10},
+    # peer = content + presentation residual {-0.10, -0.20, -0.10}; all-wrong most harmful.
+    "eta": {
+        "no_peer": -0.05,
+        "content_correct": 0.00,
+        "content_wrong": -0.25,
+        "content_mixed": -0.15,
+        "peer_correct": -0.10,
+        "peer_wrong": -0.45,
+        "peer_mixed": -0.25,
+    },
+    "empty_rate": 0.02,  # share of generations returned empty (exercises the retry path)
+    # --- judging (seed 002 Eq. 7-8) ---
+    "alpha": 1.5,  # discrimination α_j
+    "beta": 0.0,  # severity β_j
+    "gamma": 0.0,  # informed-pass peer-context loading γ_j (>0 toward peers, <0 away)
+    "kappa": (-2.25, -0.75, 0.5, 1.75),  # shared ordered cutpoints (4 → ratings 1-5)
+    "parse_failure_rate": 0.03,  # share of judge replies that are malformed
+    "reference_free_alpha_scale": 0.5,  # α multiplier when meta reference == "free"
+    "self_preference": 0.0,  # μ shift when meta generator == meta judge (self-rating)
+}
+
+#: Per-family values (seed 002 Tables 3/4 in spirit).
+PROFILES: dict[str, dict[str, Any]] = {
+    "qwen": {
+        "quality_mean": 0.20,
+        "eta": {
+            "no_peer": -0.02,
+            "content_correct": 0.04,
+            "content_wrong": -0.19,
+            "content_mixed": -0.14,
+            "peer_correct": -0.05,
+            "peer_wrong": -0.40,
+            "peer_mixed": -0.22,
+        },
+        "alpha": 1.6,
+        "beta": 0.10,
+        "gamma": -0.01,
+    },
+    "mistral": {
+        "quality_mean": -0.10,
+        "eta": {
+            "no_peer": 0.03,
+            "content_correct": 0.04,
+            "content_wrong": -0.18,
+            "content_mixed": -0.11,
+            "peer_correct": -0.06,
+            "peer_wrong": -0.37,
+            "peer_mixed": -0.19,
+        },
+        "alpha": 1.2,
+        "beta": -0.20,
+        "gamma": 0.64,
+    },
+    "gemma": {
+        "quality_mean": 0.10,
+        "eta": {
+            "no_peer": 0.08,
+            "content_correct": 0.05,
+            "content_wrong": -0.06,
+            "content_mixed": -0.01,
+            "peer_correct": -0.04,
+            "peer_wrong": -0.23,
+            "peer_mixed": -0.07,
+        },
+        "alpha": 1.8,
+        "beta": 0.20,
+        "gamma": -0.33,
+    },
+    "llama": {
+        "quality_mean": 0.00,
+        "eta": {
+            "no_peer": 0.00,
+            "content_correct": 0.17,
+            "content_wrong": -0.24,
+            "content_mixed": -0.07,
+            "peer_correct": -0.01,
+            "peer_wrong": -0.52,
+            "peer_mixed": -0.25,
+        },
+        "alpha": 1.4,
+        "beta": 0.00,
+        "gamma": -0.24,
+    },
+    "gpt-4o": {"alpha": 2.0, "beta": 0.30, "gamma": -0.10},
+    "gpt-5": {"alpha": 2.0, "beta": 0.25, "gamma": -0.17},
+}
+
+NESTED: dict[str, tuple[str, ...]] = {"eta": ETA_CONDITIONS}
+
+
+def validate(p: Mapping[str, Any]) -> dict[str, Any]:
+    """Study C's planted values of ``p``, checked and normalised."""
+    out: dict[str, Any] = {}
+    for key in ("quality_mean", "beta", "gamma", "self_preference"):
+        out[key] = param_number(key, p[key])
+    for key in ("sigma_b", "sigma_theta"):
+        out[key] = param_number(key, p[key], lo=0.0)
+    for key in ("theta_anchor", "alpha", "reference_free_alpha_scale"):
+        out[key] = param_number(key, p[key], lo=0.0, strict_lo=True)
+    for key in ("empty_rate", "parse_failure_rate"):
+        out[key] = param_number(key, p[key], lo=0.0, hi=1.0)
+    out["eta"] = {c: param_number(f"eta.{c}", p["eta"][c]) for c in ETA_CONDITIONS}
+    kappa = p["kappa"]
+    if isinstance(kappa, (str, bytes)) or not isinstance(kappa, Sequence) or len(kappa) != N_CATEGORIES - 1:
+        raise ValueError(f"synthetic param 'kappa' must be {N_CATEGORIES - 1} increasing numbers, got {kappa!r}")
+    kappa = tuple(param_number("kappa", k) for k in kappa)
+    if any(b <= a for a, b in zip(kappa, kappa[1:])):
+        raise ValueError(f"synthetic param 'kappa' must be strictly increasing, got {kappa}")
+    out["kappa"] = kappa
+    return out
+
+
+def planted(eff: Mapping[str, Any]) -> dict[str, Any]:
+    """Study C's section of ``planted_effects``: η and its decomposition, the judge's values."""
+    eta = {"round1": 0.0, **eff["eta"]}
+    return {
+        "quality_mean": eff["quality_mean"],
+        "sigma_b": eff["sigma_b"],
+        "sigma_theta": eff["sigma_theta"],
+        "theta_anchor": eff["theta_anchor"],
+        "anchors": {"anchor_correct": eff["theta_anchor"], "anchor_incorrect": -eff["theta_anchor"]},
+        "eta": eta,
+        "decomposition": {
+            "delta_sp": eta["no_peer"],
+            "delta_content": {k: eta[f"content_{k}"] - eta["no_peer"] for k in ("correct", "wrong", "mixed")},
+            "delta_pp": {k: eta[f"peer_{k}"] - eta[f"content_{k}"] for k in ("correct", "wrong", "mixed")},
+            "delta_total": {k: eta[f"peer_{k}"] for k in ("correct", "wrong", "mixed")},
+        },
+        "asym_total": -eta["peer_wrong"] - eta["peer_correct"],
+        "empty_rate": eff["empty_rate"],
+        "judge": {
+            "alpha": eff["alpha"],
+            "beta": eff["beta"],
+            "gamma": eff["gamma"],
+            "kappa": list(eff["kappa"]),
+            "parse_failure_rate": eff["parse_failure_rate"],
+            "reference_free_alpha_scale": eff["reference_free_alpha_scale"],
+            "self_preference": eff["self_preference"],
+        },
+    }
+
+
+def rating_probabilities(mu: Any, kappa: Sequence[float]) -> np.ndarray:
+    """Ordered-logistic category probabilities, shape ``mu.shape + (len(kappa) + 1,)``.
+
+    ``P(y <= k) = σ(κ_k − μ)``; column 0 is rating 1.
+    """
+    mu = np.asarray(mu, dtype=float)
+    kap = np.asarray(kappa, dtype=float)
+    cum = sigmoid(kap - mu[..., None])
+    ones = np.ones(mu.shape + (1,))
+    zeros = np.zeros(mu.shape + (1,))
+    return np.diff(np.concatenate([zeros, cum, ones], axis=-1), axis=-1)
+
+
+# ----------------------------------------------------------------------------- tags
+
+
+def format_quality_tag(theta: float) -> str:
+    return f"[synthetic q={theta:+.4f}]"
+
+
+def parse_quality_tag(text: str | None) -> float | None:
+    """θ from the last ``[synthetic q=…]`` tag in ``text``, or None."""
+    if not text:
+        return None
+    found = TAG_RE.findall(text)
+    return float(found[-1]) if found else None
+
+
+_BANDS = (
+    (1.0, "A careful, accurate and complete answer."),
+    (0.3, "A mostly accurate answer with minor gaps."),
+    (-0.3, "A partly accurate answer that hedges between options."),
+    (-1.0, "A confused answer with notable errors."),
+    (-math.inf, "An inaccurate answer that endorses a wrong option."),
+)
+
+
+# ----------------------------------------------------------------------------- answers
+
+
+def trial_baseline(backend: SyntheticBackend, item_id: str, generator: str) -> float:
+    """b_t of the trial (item_id, generator) under ``backend``'s planted values and seed."""
+    z = seeded("trial", backend.seed, str(item_id), str(generator)).standard_normal()
+    return float(backend.params["quality_mean"] + backend.params["sigma_b"] * z)
+
+
+def answer(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], rng: np.random.Generator):
+    role = meta.get("role")
+    if role is None:
+        raise MetaError("request meta is missing field(s) 'role' required for study='conformity'")
+    role = choice(meta, "role", ("generator", "judge"), "study='conformity'")
+    return (_generate if role == "generator" else _judge)(backend, req, meta, rng)
+
+
+def _generate(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], rng: np.random.Generator):
+    what = "study='conformity' role='generator'"
+    require(meta, ("item_id", "generator", "condition"), what)
+    cond = choice(meta, "condition", GENERATION_CONDITIONS, what)
+    p = backend.params
+    u_empty, eps = rng.random(), rng.standard_normal()
+    if cond == "anchor_correct":
+        theta = p["theta_anchor"]
+    elif cond == "anchor_incorrect":
+        theta = -p["theta_anchor"]
+    else:
+        eta = 0.0 if cond == "round1" else p["eta"][cond]
+        theta = trial_baseline(backend, meta["item_id"], meta["generator"]) + eta + p["sigma_theta"] * eps
+    if u_empty < p["empty_rate"]:
+        return "", "stop", {}
+    sentence = next(s for cut, s in _BANDS if theta >= cut)
+    return f"{format_quality_tag(theta)} {sentence}", "stop", {}
+
+
+def _judge(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], rng: np.random.Generator):
+    what = "study='conformity' role='judge'"
+    require(meta, ("judge", "pass"), what)
+    pas = choice(meta, "pass", JUDGE_PASSES, what)
+    d = 0
+    if pas == "informed":
+        require(meta, ("d",), what + " pass='informed'")
+        d = choice(meta, "d", JUDGE_D, what)
+    ref = meta.get("reference")
+    if ref is not None:
+        choice(meta, "reference", REFERENCE_KINDS, what)
+    u_fail, u_kind, u_rate, u_oor = rng.random(), rng.random(), rng.random(), rng.random()
+    last_user = next((c for r, c in reversed(req.messages) if r == "user"), None)
+    if last_user is None and req.mode == "completion" and req.messages:
+        last_user = req.messages[-1][1]
+    theta = parse_quality_tag(last_user)
+    if theta is None:
+        raise MetaError("synthetic judge: no '[synthetic q=...]' tag in the last user message")
+    p = backend.params
+    alpha = p["alpha"] * (p["reference_free_alpha_scale"] if ref == "free" else 1.0)
+    mu = alpha * (theta - p["beta"]) + (p["gamma"] * d if pas == "informed" else 0.0)
+    gen = meta.get("generator")
+    if gen is not None and gen == meta["judge"]:
+        mu += p["self_preference"]
+    cum = sigmoid(np.asarray(p["kappa"]) - mu)
+    rating = 1 + int(np.sum(u_rate > cum))
+    if u_fail < p["parse_failure_rate"]:
+        kind = int(u_kind * 4)
+        if kind == 0:
+            return f"I would rate this answer a {rating} out of 5.", "stop", {}
+        if kind == 1:
+            return json.dumps({"rating": 6 + int(u_oor * 5)}), "stop", {}
+        if kind == 2:
+            return '{"rating": ', "length", {}
+        return json.dumps({"rating": str(rating)}), "stop", {}
+    return json.dumps({"rating": rating}), "stop", {}

@@ -1,0 +1,111 @@
+"""Reply policies: the one plug-in point for "validate a reply, and re-ask if it fails".
+
+A :class:`ReplyPolicy` says when a reply is usable (``validate(text) -> (value,
+reason)``; a reason means it is not) and how to ask again (``reask(request,
+attempt, reason) -> request``; the new request must have a new key, or the store
+would serve the bad reply again). The runner applies it; a reply that never
+passes is a miss with its reason, never a value (docs/architecture.md, "Reply
+validation").
+
+Each study defines its policies in its own package; a request shard names one
+by its entry in :data:`POLICIES` (and its parameters), and :func:`resolve_policy`
+turns that name into the policy, both when the shard is written (so a typo fails
+the study rule, not the answering job hours later) and when it is answered.
+The study module is imported only then, so the LLM layer never imports a study.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from context_effects.llm.types import LLMRequest
+
+Validator = Callable[[str], tuple[Any, "str | None"]]
+Reask = Callable[[LLMRequest, int, str], LLMRequest]
+
+
+def default_reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
+    """Same request, next attempt number: a new key, so the cached bad reply is not served again."""
+    meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}
+    return dataclasses.replace(req, attempt=attempt, meta=meta)
+
+
+def reminder_reask(reminder: str) -> Reask:
+    """A re-ask that bumps the attempt number and appends ``reminder`` to the last turn.
+
+    With greedy decoding a re-ask that differs only in ``attempt`` gets the
+    same bad reply back from a deterministic engine; the reminder changes the
+    prompt so the retry has a chance. The reason goes to ``meta`` (not the key).
+    """
+
+    def reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:
+        messages = list(req.messages)
+        role, content = messages[-1]
+        if reminder not in content:
+            messages[-1] = (role, f"{content}\n\n{reminder}")
+        meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}
+        return dataclasses.replace(req, messages=tuple(messages), attempt=attempt, meta=meta)
+
+    return reask
+
+
+@dataclass(frozen=True)
+class ReplyPolicy:
+    """How replies of one kind are validated and re-asked."""
+
+    #: The name a shard records (a key of :data:`POLICIES`).
+    name: str
+    validate: Validator
+    reask: Reask = default_reask
+
+
+def accept_any() -> ReplyPolicy:
+    """Every reply is used as it is (AMEL's one-token answers, probe probabilities)."""
+    return ReplyPolicy("none", lambda text: (text, None))
+
+
+#: Every policy a request shard may name -> ``"module:factory"``; the factory takes
+#: the shard's recorded parameters as keywords and returns the ReplyPolicy. A study
+#: adds its policies here and defines them in its own package.
+POLICIES: dict[str, str] = {
+    "none": "context_effects.llm.replies:accept_any",
+    # Study C: non-empty answers, re-asked warmer (seed 002, App. A.6).
+    "conformity.generation": "context_effects.conformity.replies:generation_policy",
+    # Study C: judge replies {"rating": 1-5} (seed 002, App. B).
+    "conformity.rating": "context_effects.conformity.replies:rating_policy",
+    # Study H: judge replies {"score": 1-5}.
+    "anchoring.score": "context_effects.anchoring.judging:score_policy",
+}
+
+
+def resolve_policy(name: str, params: Mapping[str, Any] | None = None) -> ReplyPolicy:
+    """The :class:`ReplyPolicy` registered as ``name``, built with ``params``.
+
+    Raises ``ValueError`` naming the policy and what is allowed: the registered
+    names for an unknown policy, the factory's parameters for a wrong one.
+    """
+    if name not in POLICIES:
+        raise ValueError(f"unknown reply policy {name!r}; allowed: {', '.join(sorted(POLICIES))}")
+    module, _, attr = POLICIES[name].partition(":")
+    factory = getattr(importlib.import_module(module), attr)
+    params = dict(params or {})
+    signature = inspect.signature(factory)
+    try:
+        signature.bind(**params)
+    except TypeError as exc:
+        takes = ", ".join(signature.parameters) or "no parameters"
+        raise ValueError(f"reply policy {name!r} takes {takes}; got {sorted(params)} ({exc})") from None
+    try:
+        json.dumps(params)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"reply policy {name!r}: parameters must be JSON values ({exc})") from None
+    policy = factory(**params)
+    if not isinstance(policy, ReplyPolicy) or policy.name != name:
+        raise TypeError(f"{POLICIES[name]} must return a ReplyPolicy named {name!r}, got {policy!r}")
+    return policy

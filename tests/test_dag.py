@@ -1,0 +1,236 @@
+"""DAG helpers and study registries as plain library functions, the rule files' shape, and
+a table added through the registry alone being built by the workflow."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+from context_effects import dag
+from context_effects.config import load_config, validate_config
+from context_effects.conformity import dag as conformity_dag
+from context_effects.outputs import Built, FigureSpec, Registry, TableSpec, registry
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return validate_config(load_config(REPO / "config" / "config.yaml"))
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return validate_config(load_config(REPO / "config" / "demo.yaml"))
+
+
+# ------------------------------------------------------------------ shared helpers
+
+
+def test_rule_resources_override_and_memory_growth(demo):
+    cfg = {**demo, "resources": {"conformity_fit": {"mem_mb": 3000}}}
+    r = dag.rule_resources(cfg, "conformity_fit", runtime=1440, mem_mb=8000)
+    assert r["runtime"] == 1440
+    assert [r["mem_mb"](None, attempt) for attempt in (1, 2, 3)] == [3000, 6000, 9000]
+    other = dag.rule_resources(cfg, "build_items", runtime=15, mem_mb=4000)
+    assert other["runtime"] == 15 and other["mem_mb"](None, 1) == 4000
+
+
+def test_name_regex_matches_exactly_the_names():
+    rx = dag.name_regex(["gpt-4o", "qwen2.5-7b"])
+    assert re.fullmatch(rx, "qwen2.5-7b") and not re.fullmatch(rx, "qwen2x5-7b")
+    assert not re.fullmatch(dag.name_regex([]), "")
+
+
+def test_model_lists_and_gpus(paper, demo):
+    assert dag.vllm_models(demo) == ["gemma3-270m-base", "smollm2-135m"]
+    assert dag.gguf_models(demo) == dag.vllm_models(demo) and dag.remote_models(demo) == []
+    assert dag.model_files(demo, "smollm2-135m") == "resources/models/smollm2-135m"
+    assert dag.model_gpu_type(demo, "smollm2-135m") == ""
+    hosted = dag.remote_models(paper)
+    assert "gpt-4o" in hosted and not set(hosted) & set(dag.vllm_models(paper))
+    local = dag.vllm_models(paper)[0]
+    assert dag.model_gpus(paper, local) == paper["models"][local]["gpu"]["count"] >= 1
+    assert dag.model_files(paper, local) == []
+
+
+def test_raw_dataset_input_local_or_fetched(paper, demo):
+    assert dag.raw_dataset_input(demo, "mmlu_pro") == "data/demo/mmlu_pro.jsonl"
+    assert dag.raw_dataset_input(paper, "mmlu_pro") == "resources/datasets/mmlu_pro.parquet"
+
+
+def test_used_models_follow_enabled_studies(demo):
+    assert dag.used_models(demo) == ["smollm2-135m"]
+    off = {**demo, "conformity": {**demo["conformity"], "enabled": False},
+           "amel": {**demo["amel"], "enabled": False}, "anchoring": {**demo["anchoring"], "enabled": False}}
+    assert dag.used_models(off) == []
+    assert conformity_dag.targets(off) == []
+
+
+# ------------------------------------------------------------------ Study C paths
+
+
+def test_conformity_shards_and_judges_of_the_paper_design(paper):
+    # 500 items per dataset in blocks of shard_size/8 items.
+    shards = conformity_dag.shards(paper, "truthfulqa")
+    assert shards == ["000", "001"]
+    r = conformity_dag.response_shards(paper, "truthfulqa")
+    # (3 seed labels + the decomposition corpus) x 2 rounds x 4 generators x 2 blocks
+    assert len(r) == len(set(r)) == 4 * 2 * 4 * 2
+    assert "results/responses/conformity/decomp-round2-s42/" in "".join(r)
+    assert "gpt-4o" in conformity_dag.judges(paper, "truthfulqa")
+    assert "gpt-4o" not in conformity_dag.judges(paper, "mmlu_pro")
+    assert conformity_dag.anchor_response_shards(paper, "truthfulqa") == []  # real runs judge fixed anchor texts
+
+
+def test_judge_block_sizes_hosted_and_open_judges(paper):
+    open_judge = paper["conformity"]["judges"][0]
+    s = conformity_dag.judge_block(paper, open_judge)
+    hosted = conformity_dag.judge_block(paper, "gpt-4o")
+    assert hosted["hosted"] and not s["hosted"]
+    # A hosted judge rates one execution only: more items fit one shard.
+    assert hosted["items_per_shard"] > s["items_per_shard"]
+    assert len(conformity_dag.judge_shards(paper, "truthfulqa", "gpt-4o")) < len(
+        conformity_dag.judge_shards(paper, "truthfulqa", open_judge))
+
+
+def test_fit_settings_leave_out_plan_and_threshold_keys(paper):
+    s = conformity_dag.fit_settings(paper)
+    assert {"chains", "warmup", "samples", "target_accept"} <= set(s)
+    assert not {"max_rhat", "min_ess_bulk", "theta_anchor_sensitivity"} & set(s)
+    assert conformity_dag.fit_threads(paper) in (1, paper["conformity"]["fit"]["chains"])
+
+
+# ------------------------------------------------------------------ registries
+
+
+def test_registry_rejects_duplicate_and_unknown_names():
+    spec = TableSpec("t", "s", "c", "tab:t", inputs=lambda c: {}, build=lambda i, s: Built(pd.DataFrame()))
+    with pytest.raises(ValueError, match="two registry entries are named 't'"):
+        Registry("x", [spec, spec])
+    with pytest.raises(KeyError, match="known: \\['t'\\]"):
+        Registry("x", [spec])["u"]
+
+
+@pytest.mark.parametrize("study", ["conformity", "amel", "anchoring"])
+def test_every_entry_gives_inputs_and_json_settings_on_both_configs(study, paper, demo):
+    reg = registry(study)
+    assert reg.tables(), study
+    for cfg in (paper, demo):
+        for entry in reg.entries.values():
+            inputs = entry.inputs(cfg)
+            assert all(isinstance(v, (str, list)) for v in inputs.values()), entry.name
+            settings = entry.settings(cfg)
+            json.dumps(settings)  # params must be plain data: Snakemake compares them to rerun
+            if isinstance(entry, TableSpec):
+                entry.caption_for(settings)  # every {field} of the caption is a setting
+
+
+def test_study_outputs_hold_every_registered_file(paper):
+    out = set(dag.study_outputs(paper))
+    for study in ("conformity", "amel", "anchoring"):
+        reg = registry(study)
+        assert set(reg.files(paper)) <= out, study
+    assert "results/tables/conformity/table3.tex" in out
+    assert "results/figures/conformity/rating_distributions.png" in out
+    assert all(f.endswith(".csv") for f in dag.report_tables(paper))
+
+
+def test_settings_of_a_table_are_only_what_it_uses(paper):
+    reg = registry("conformity")
+    changed = json.loads(json.dumps(paper))
+    changed["conformity"]["generation"]["max_tokens"] += 1
+    changed["run"]["threads_per_job"] += 1
+    for name in ("table2", "table3", "table13", "table19"):
+        assert reg[name].settings(paper) == reg[name].settings(changed), name
+    changed["conformity"]["validation"]["bootstrap_resamples"] += 1
+    assert reg["table19"].settings(paper) != reg["table19"].settings(changed)
+
+
+# ------------------------------------------------------------------ rule files
+
+
+def _smk_files() -> list[Path]:
+    return [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
+
+
+def test_rule_files_hold_rules_only_and_bind_each_name_once():
+    """Every rule file shares one namespace: a function or a name bound in two files
+    would silently shadow the other. Helpers live in the library; names are bound once."""
+    bound: dict[str, Path] = {}
+    for path in _smk_files():
+        text = path.read_text()
+        assert not re.search(r"^\s*def \w+", text, re.M), f"{path.name} defines a function: move it to the library"
+        names = re.findall(r"^(\w+)\s*=(?!=)", text, re.M)
+        for m in re.finditer(r"^from [\w.]+ import (.+)$|^import ([\w.]+)(?: as (\w+))?$", text, re.M):
+            if m[1]:
+                names += [n.split(" as ")[-1].strip() for n in m[1].split(",")]
+            else:
+                names.append(m[3] or m[2].split(".")[0])
+        for name in names:
+            assert name not in bound, f"{name!r} is bound in {bound[name].name} and again in {path.name}"
+            bound[name] = path
+    assert {"dag", "conformity_dag", "amel_dag", "anchoring_dag", "registry"} <= set(bound)
+
+
+# ------------------------------------------------------------------ a toy table
+
+
+TOY = '''
+
+# --- added by tests/test_dag.py: a toy table, through the registry alone ---
+def _toy_build(inputs, s):
+    from context_effects.datasets import read_items
+
+    rows = [{"dataset": d, "items": len(read_items(p))} for d, p in zip(s["datasets"], inputs["item_tables"], strict=True)]
+    return Built(pd.DataFrame(rows), [f"{len(rows)} datasets"])
+
+
+REGISTRY = Registry("conformity", [*REGISTRY.entries.values(), TableSpec(
+    "toy_items", "descriptive", "Items per dataset ({datasets[0]} first).", "tab:toy",
+    inputs=lambda config: {"item_tables": [f"results/items/{d}.parquet" for d in config["conformity"]["datasets"]]},
+    settings=lambda config: {"datasets": list(config["conformity"]["datasets"])},
+    build=_toy_build,
+)])
+'''
+
+
+def test_a_table_added_to_the_registry_alone_is_built(tmp_path):
+    """One entry + one builder in the study's registry, no rule edited: the workflow builds it."""
+    copy = tmp_path / "repo"
+    copy.mkdir()
+    for name in ("Snakefile", "workflow", "src", "config", "data", "envs"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, copy / name)
+    outputs = copy / "src" / "context_effects" / "conformity" / "outputs.py"
+    outputs.write_text(outputs.read_text() + TOY)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "data").symlink_to(REPO / "data")
+    res = run_snakemake(
+        "--cores", "1", "--snakefile", str(copy / "Snakefile"), "--directory", str(work),
+        "--configfile=" + str(REPO / "config" / "demo.yaml"), "results/tables/conformity/toy_items.csv",
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "conformity_table" in res.stdout + res.stderr  # the stage's one wildcard rule built it
+    table = pd.read_csv(work / "results" / "tables" / "conformity" / "toy_items.csv")
+    assert table.to_dict("records") == [{"dataset": d, "items": 4} for d in ("truthfulqa", "mmlu_pro", "arc_challenge")]
+    tex = (work / "results" / "tables" / "conformity" / "toy_items.tex").read_text()
+    assert r"\caption{Items per dataset (truthfulqa first).}" in tex and "3 datasets" in tex
+    # And the run's targets (rule all, the run report) include it without any edit to the rule files.
+    probe = subprocess.run(
+        [sys.executable, "-c", "from context_effects import dag; from context_effects.config import load_config, "
+         "validate_config; import sys; print('\\n'.join(dag.study_outputs(validate_config(load_config(sys.argv[1])))))",
+         str(REPO / "config" / "demo.yaml")],
+        env={**os.environ, "PYTHONPATH": str(copy / "src")}, capture_output=True, text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    assert "results/tables/conformity/toy_items.tex" in probe.stdout.split()

@@ -234,3 +234,24 @@ def test_a_table_added_to_the_registry_alone_is_built(tmp_path):
     )
     assert probe.returncode == 0, probe.stderr
     assert "results/tables/conformity/toy_items.tex" in probe.stdout.split()
+
+
+def test_metric_jobs_per_kind_resources_and_overrides(paper, demo):
+    from types import SimpleNamespace
+
+    w = {k: SimpleNamespace(kind=k, dataset="truthfulqa") for k in conformity_dag.METRIC_KINDS}
+    res = {name: conformity_dag.metric_resource(paper, name) for name in ("runtime", "mem_mb", "gpu", "gpu_model")}
+    n_gpu = paper["conformity"]["validation"]["gpu"]["count"]
+    assert n_gpu >= 1
+    assert [res["gpu"](w[k]) for k in ("text", "neural", "classifiers")] == [0, n_gpu, n_gpu]
+    assert res["gpu_model"](w["text"]) == "" and res["gpu_model"](w["neural"]) == (
+        paper["conformity"]["validation"]["gpu"]["model"] or "")
+    assert res["mem_mb"](w["classifiers"], 2) == 2 * 32000 and res["runtime"](w["text"]) == 120
+    cfg = {**paper, "resources": {"conformity_classifier_metrics": {"mem_mb": 1000, "runtime": 5}}}
+    assert conformity_dag.metric_resource(cfg, "mem_mb")(w["classifiers"], 1) == 1000
+    assert conformity_dag.metric_resource(cfg, "runtime")(w["classifiers"]) == 5
+    assert conformity_dag.metric_resource(cfg, "mem_mb")(w["neural"], 1) == 8000
+    assert "nltk_data" in conformity_dag.metric_inputs(demo, "text", "arc_challenge")
+    assert "nltk_data" not in conformity_dag.metric_inputs(demo, "neural", "arc_challenge")
+    assert conformity_dag.metric_threads(demo, "text") == 1
+    assert conformity_dag.metric_threads(demo, "neural") == demo["run"]["threads_per_job"]

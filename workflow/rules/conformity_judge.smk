@@ -1,6 +1,8 @@
 # Study C (seed 002, "Judging" and App. B): every answer rated blind by every judge,
 # every peer-presented answer rated again informed, anchors scored with and without
-# the gold reference. Requests are answered by the generic rules of llm.smk.
+# the gold reference. Requests are answered by the generic rules of llm.smk. The
+# ratings table, and each all-wrong revision paired with its Round-1 answer, feed the
+# study's tables.
 
 
 rule conformity_judge_requests:
@@ -49,3 +51,25 @@ rule conformity_ratings:
         hosted_judges=config["conformity"]["hosted_judges"],
     script:
         "../scripts/conformity_ratings.py"
+
+
+rule conformity_wrong_peer_revisions:
+    """Every all-wrong revision beside its Round-1 answer: flip indicator and blind ratings."""
+    input:
+        item_table="results/items/{dataset}.parquet",
+        answers="results/conformity/answers/{dataset}.parquet",
+        ratings="results/conformity/ratings/{dataset}.parquet",
+    output:
+        "results/conformity/revisions/{dataset}.parquet",
+    log:
+        "logs/conformity/revisions/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(
+            config, "conformity_wrong_peer_revisions", runtime=10, mem_mb=4000
+        ),
+    params:
+        primary_seed=config["conformity"]["primary_seed"],
+    script:
+        "../scripts/conformity_revisions.py"

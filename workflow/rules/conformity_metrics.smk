@@ -19,84 +19,34 @@ rule metrics_nltk_data:
         "../scripts/metrics_nltk_data.py"
 
 
-rule conformity_text_metrics:
-    """ROUGE-L, METEOR, sentence BLEU and readability of every answer of a dataset."""
+rule conformity_answer_metrics:
+    """Per-answer metrics of one kind for every answer of a dataset: text (ROUGE-L, METEOR,
+    BLEU, readability), neural (SBERT similarity, BERTScore F1) or classifiers (NLI false
+    endorsement, TruthfulQA truth/info judges; GPU-tagged with neural)."""
     input:
-        answers="results/conformity/answers/{dataset}.parquet",
-        item_table="results/items/{dataset}.parquet",
-        nltk_data="resources/nltk_data",
+        unpack(
+            lambda wildcards: conformity_dag.metric_inputs(
+                config, wildcards.kind, wildcards.dataset
+            )
+        ),
     output:
-        rows="results/conformity/metrics/text/{dataset}.parquet",
-        info="results/conformity/metrics/text/{dataset}.json",
+        rows="results/conformity/metrics/{kind}/{dataset}.parquet",
+        info="results/conformity/metrics/{kind}/{dataset}.json",
     log:
-        "logs/conformity_metrics/text/{dataset}.log",
+        "logs/conformity_metrics/{kind}/{dataset}.log",
     benchmark:
-        "benchmarks/conformity_metrics/text/{dataset}.tsv"
+        "benchmarks/conformity_metrics/{kind}/{dataset}.tsv"
+    wildcard_constraints:
+        kind=dag.name_regex(conformity_dag.METRIC_KINDS),
     conda:
         "../../envs/metrics.yaml"
-    threads: 1
+    threads: lambda wildcards: conformity_dag.metric_threads(config, wildcards.kind)
     resources:
-        **dag.rule_resources(
-            config, "conformity_text_metrics", runtime=120, mem_mb=4000
-        ),
+        runtime=conformity_dag.metric_resource(config, "runtime"),
+        mem_mb=conformity_dag.metric_resource(config, "mem_mb"),
+        gpu=conformity_dag.metric_resource(config, "gpu"),
+        gpu_model=conformity_dag.metric_resource(config, "gpu_model"),
     params:
-        kind="text",
-        validation=config["conformity"]["validation"],
-    script:
-        "../scripts/metrics_score.py"
-
-
-rule conformity_neural_metrics:
-    """SBERT similarity to gold and to the shown block, BERTScore F1 against gold."""
-    input:
-        answers="results/conformity/answers/{dataset}.parquet",
-        item_table="results/items/{dataset}.parquet",
-    output:
-        rows="results/conformity/metrics/neural/{dataset}.parquet",
-        info="results/conformity/metrics/neural/{dataset}.json",
-    log:
-        "logs/conformity_metrics/neural/{dataset}.log",
-    benchmark:
-        "benchmarks/conformity_metrics/neural/{dataset}.tsv"
-    conda:
-        "../../envs/metrics.yaml"
-    threads: config["run"]["threads_per_job"]
-    resources:
-        **dag.rule_resources(
-            config, "conformity_neural_metrics", runtime=120, mem_mb=8000
-        ),
-        gpu=config["conformity"]["validation"]["gpu"]["count"],
-        gpu_model=conformity_dag.metric_gpu_type(config),
-    params:
-        kind="neural",
-        validation=config["conformity"]["validation"],
-    script:
-        "../scripts/metrics_score.py"
-
-
-rule conformity_classifier_metrics:
-    """NLI gold entailment and false endorsement; TruthfulQA truth/info judge scores."""
-    input:
-        answers="results/conformity/answers/{dataset}.parquet",
-        item_table="results/items/{dataset}.parquet",
-    output:
-        rows="results/conformity/metrics/classifiers/{dataset}.parquet",
-        info="results/conformity/metrics/classifiers/{dataset}.json",
-    log:
-        "logs/conformity_metrics/classifiers/{dataset}.log",
-    benchmark:
-        "benchmarks/conformity_metrics/classifiers/{dataset}.tsv"
-    conda:
-        "../../envs/metrics.yaml"
-    threads: config["run"]["threads_per_job"]
-    resources:
-        **dag.rule_resources(
-            config, "conformity_classifier_metrics", runtime=240, mem_mb=32000
-        ),
-        gpu=config["conformity"]["validation"]["gpu"]["count"],
-        gpu_model=conformity_dag.metric_gpu_type(config),
-    params:
-        kind="classifiers",
         validation=config["conformity"]["validation"],
     script:
         "../scripts/metrics_score.py"

@@ -1,28 +1,6 @@
-# Study C's model-free results (seed 002, "Results"): the per-dataset revision pairs,
-# then every table and figure of the registry's `descriptive` stage
-# (context_effects.conformity.outputs) by one wildcard rule each.
-
-
-rule conformity_wrong_peer_revisions:
-    """Every all-wrong revision beside its Round-1 answer: flip indicator and blind ratings."""
-    input:
-        item_table="results/items/{dataset}.parquet",
-        answers="results/conformity/answers/{dataset}.parquet",
-        ratings="results/conformity/ratings/{dataset}.parquet",
-    output:
-        "results/conformity/revisions/{dataset}.parquet",
-    log:
-        "logs/conformity/revisions/{dataset}.log",
-    conda:
-        "../../envs/data.yaml"
-    resources:
-        **dag.rule_resources(
-            config, "conformity_wrong_peer_revisions", runtime=10, mem_mb=4000
-        ),
-    params:
-        primary_seed=config["conformity"]["primary_seed"],
-    script:
-        "../scripts/conformity_revisions.py"
+# Study C's model-free results (seed 002, "Results"): every table and figure of the
+# registry's `descriptive` stage (context_effects.conformity.outputs), by one wildcard
+# rule each, from the ratings, answers and revisions tables.
 
 
 rule conformity_table:

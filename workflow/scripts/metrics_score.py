@@ -1,5 +1,5 @@
 """Per-answer metric rows of one dataset: text (lexical + readability), neural (SBERT,
-BERTScore) or classifier (NLI, truth/info judges) metrics, by `params.kind`."""
+BERTScore) or classifier (NLI, truth/info judges) metrics, by the `kind` wildcard."""
 
 from context_effects.jobs import bound_threads, setup_job_logging
 
@@ -15,7 +15,7 @@ from context_effects.metrics.answers import scoring_frame
 
 log = setup_job_logging(snakemake.log[0])
 settings = snakemake.params.validation
-kind = snakemake.params.kind
+kind = snakemake.wildcards.kind
 frame = scoring_frame(pd.read_parquet(snakemake.input.answers), read_items(snakemake.input.item_table))
 if kind == "text":
     rows, info = scoring.text_metrics(frame, settings, snakemake.input.nltk_data)

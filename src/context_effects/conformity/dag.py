@@ -9,11 +9,12 @@ the study registry ``context_effects.conformity.outputs.REGISTRY``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from context_effects.conformity.judging import items_per_judge_shard, n_judge_shards
 from context_effects.conformity.stages import n_shards, shard_label
+from context_effects.dag import items_path, rule_resources
 from context_effects.measurement.pipeline import family_of, find_spec, fit_plan
 
 Config = Mapping[str, Any]
@@ -201,9 +202,44 @@ def merged_metrics(config: Config) -> list[str]:
     return [f"results/conformity/metrics/{d}.parquet" for d in datasets(config)]
 
 
-def metric_gpu_type(config: Config) -> str:
+#: Per kind of per-answer metric: default runtime (min) and memory (MB) of its job, and
+#: whether it loads a model that runs on the validation GPU; a `resources:` entry under
+#: the kind's ``resources_key`` overrides runtime and memory.
+METRIC_JOBS = {
+    "text": {"runtime": 120, "mem_mb": 4000, "gpu": False, "resources_key": "conformity_text_metrics"},
+    "neural": {"runtime": 120, "mem_mb": 8000, "gpu": True, "resources_key": "conformity_neural_metrics"},
+    "classifiers": {"runtime": 240, "mem_mb": 32000, "gpu": True, "resources_key": "conformity_classifier_metrics"},
+}
+
+
+def metric_inputs(config: Config, kind: str, dataset: str) -> dict[str, str]:
+    """A dataset's answers and items; the text metrics also need the offline NLTK data."""
+    inputs = {"answers": f"results/conformity/answers/{dataset}.parquet", "item_table": items_path(dataset)}
+    if kind == "text":
+        inputs["nltk_data"] = "resources/nltk_data"
+    return inputs
+
+
+def metric_threads(config: Config, kind: str) -> int:
+    """The text metrics are single-threaded; the model-based kinds use the run's threads."""
+    return config["run"]["threads_per_job"] if METRIC_JOBS[kind]["gpu"] else 1
+
+
+def metric_resource(config: Config, name: str) -> Callable[..., Any]:
+    """One resource (runtime, mem_mb, gpu, gpu_model) of the per-answer metric rule, as a
+    function of its wildcards and attempt: each kind has its own defaults and overrides."""
     gpu = config["conformity"]["validation"]["gpu"]
-    return (gpu["model"] or "") if gpu["count"] else ""
+
+    def value(wildcards: Any, attempt: int = 1) -> Any:
+        job = METRIC_JOBS[wildcards.kind]
+        if name == "gpu":
+            return gpu["count"] if job["gpu"] else 0
+        if name == "gpu_model":
+            return (gpu["model"] or "") if job["gpu"] and gpu["count"] else ""
+        res = rule_resources(config, job["resources_key"], job["runtime"], job["mem_mb"])
+        return res["mem_mb"](wildcards, attempt) if name == "mem_mb" else res[name]
+
+    return value
 
 
 # --- targets ---------------------------------------------------------------------------

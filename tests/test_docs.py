@@ -51,7 +51,6 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 RULE_FILE = re.compile(r"\b([a-z_]+\.smk)\b")
 
 
-
 def _expand(path: str) -> list[str]:
     """A documented path, with a `<study>` placeholder expanded to every study package."""
     if "<study>" in path:

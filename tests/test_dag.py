@@ -18,7 +18,7 @@ from conftest import REPO, run_snakemake
 from context_effects import dag
 from context_effects.config import load_config, validate_config
 from context_effects.conformity import dag as conformity_dag
-from context_effects.outputs import Built, FigureSpec, Registry, TableSpec, registry
+from context_effects.outputs import Built, Registry, TableSpec, registry
 
 
 @pytest.fixture(scope="module")
@@ -115,8 +115,8 @@ def test_registry_rejects_duplicate_and_unknown_names():
     spec = TableSpec("t", "s", "c", "tab:t", inputs=lambda c: {}, build=lambda i, s: Built(pd.DataFrame()))
     with pytest.raises(ValueError, match="two registry entries are named 't'"):
         Registry("x", [spec, spec])
-    with pytest.raises(KeyError, match="known: \\['t'\\]"):
-        Registry("x", [spec])["u"]
+    with pytest.raises(KeyError, match="no table 'u'; known: \\['t'\\]"):
+        Registry("x", [spec]).table("u")
 
 
 @pytest.mark.parametrize("study", ["conformity", "amel", "anchoring"])
@@ -149,9 +149,9 @@ def test_settings_of_a_table_are_only_what_it_uses(paper):
     changed["conformity"]["generation"]["max_tokens"] += 1
     changed["run"]["threads_per_job"] += 1
     for name in ("table2", "table3", "table13", "table19"):
-        assert reg[name].settings(paper) == reg[name].settings(changed), name
+        assert reg.table(name).settings(paper) == reg.table(name).settings(changed), name
     changed["conformity"]["validation"]["bootstrap_resamples"] += 1
-    assert reg["table19"].settings(paper) != reg["table19"].settings(changed)
+    assert reg.table("table19").settings(paper) != reg.table("table19").settings(changed)
 
 
 # ------------------------------------------------------------------ rule files

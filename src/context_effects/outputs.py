@@ -117,14 +117,6 @@ class Registry:
     def figure(self, name: str) -> FigureSpec:
         return self._get(FigureSpec, name)
 
-    def __getitem__(self, name: str) -> TableSpec | FigureSpec:
-        found = [e for (_, n), e in self.entries.items() if n == name]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise KeyError(f"{self.study} has no table or figure {name!r}; known: {sorted({n for _, n in self.entries})}")
-        raise KeyError(f"{self.study}: {name!r} is a table and a figure; use .table(name) or .figure(name)")
-
     def tables(self, stage: str | None = None) -> list[TableSpec]:
         return [e for e in self.entries.values() if isinstance(e, TableSpec) and stage in (None, e.stage)]
 
@@ -152,11 +144,10 @@ class Registry:
         return self.table_files(config, stage) + self.figure_files(config, stage)
 
 
-def report_caption(study: str, name: str, config: Mapping[str, Any]) -> str:
+def report_caption(entry: TableSpec | FigureSpec, config: Mapping[str, Any]) -> str:
     """The registry caption of one table or figure as reStructuredText for
     ``snakemake --report`` (every markup character escaped: captions print ``|x|``,
     ``*`` and ``_`` literally)."""
-    entry = registry(study)[name]
     caption = entry.caption_for(entry.settings(config)) if isinstance(entry, TableSpec) else entry.caption
     return "".join("\\" + ch if ch in "\\`*_|[]<>:" else ch for ch in caption)
 

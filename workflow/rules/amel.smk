@@ -72,7 +72,12 @@ rule amel_table:
     input:
         unpack(lambda wildcards: registry("amel").table(wildcards.name).inputs(config)),
     output:
-        csv="results/tables/amel/{name}.csv",
+        csv=report(
+            "results/tables/amel/{name}.csv",
+            caption="../report/registry_caption.rst",
+            category="Study A: accumulated message effects",
+            subcategory="Tables",
+        ),
         tex="results/tables/amel/{name}.tex",
     log:
         "logs/amel/table/{name}.log",
@@ -84,6 +89,9 @@ rule amel_table:
         **dag.rule_resources(config, "amel_table", runtime=10, mem_mb=4000),
     params:
         study="amel",
+        caption=lambda wildcards: report_caption(
+            registry("amel").table(wildcards.name), config
+        ),
         settings=lambda wildcards: registry("amel")
         .table(wildcards.name)
         .settings(config),
@@ -97,7 +105,12 @@ rule amel_figure:
         unpack(lambda wildcards: registry("amel").figure(wildcards.name).inputs(config)),
     output:
         pdf="results/figures/amel/{name}.pdf",
-        png="results/figures/amel/{name}.png",
+        png=report(
+            "results/figures/amel/{name}.png",
+            caption="../report/registry_caption.rst",
+            category="Study A: accumulated message effects",
+            subcategory="Figures",
+        ),
     log:
         "logs/amel/figure/{name}.log",
     wildcard_constraints:
@@ -108,6 +121,9 @@ rule amel_figure:
         **dag.rule_resources(config, "amel_figure", runtime=10, mem_mb=4000),
     params:
         study="amel",
+        caption=lambda wildcards: report_caption(
+            registry("amel").figure(wildcards.name), config
+        ),
         settings=lambda wildcards: registry("amel")
         .figure(wildcards.name)
         .settings(config),

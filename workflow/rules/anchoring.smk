@@ -77,7 +77,12 @@ rule anchoring_table:
             .inputs(config)
         ),
     output:
-        csv="results/tables/anchoring/{name}.csv",
+        csv=report(
+            "results/tables/anchoring/{name}.csv",
+            caption="../report/registry_caption.rst",
+            category="Study H: history anchoring",
+            subcategory="Tables",
+        ),
         tex="results/tables/anchoring/{name}.tex",
     log:
         "logs/anchoring/table/{name}.log",
@@ -89,6 +94,9 @@ rule anchoring_table:
         **dag.rule_resources(config, "anchoring_table", runtime=10, mem_mb=2000),
     params:
         study="anchoring",
+        caption=lambda wildcards: report_caption(
+            registry("anchoring").table(wildcards.name), config
+        ),
         settings=lambda wildcards: registry("anchoring")
         .table(wildcards.name)
         .settings(config),
@@ -106,7 +114,12 @@ rule anchoring_figure:
         ),
     output:
         pdf="results/figures/anchoring/{name}.pdf",
-        png="results/figures/anchoring/{name}.png",
+        png=report(
+            "results/figures/anchoring/{name}.png",
+            caption="../report/registry_caption.rst",
+            category="Study H: history anchoring",
+            subcategory="Figures",
+        ),
     log:
         "logs/anchoring/figure/{name}.log",
     wildcard_constraints:
@@ -117,6 +130,9 @@ rule anchoring_figure:
         **dag.rule_resources(config, "anchoring_figure", runtime=10, mem_mb=2000),
     params:
         study="anchoring",
+        caption=lambda wildcards: report_caption(
+            registry("anchoring").figure(wildcards.name), config
+        ),
         settings=lambda wildcards: registry("anchoring")
         .figure(wildcards.name)
         .settings(config),

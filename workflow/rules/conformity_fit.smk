@@ -55,7 +55,11 @@ rule conformity_quality:
 rule conformity_fit_table:
     """One model-based table (3, 4, 9, 10-12, 17, 20) from the summaries of its fits."""
     input:
-        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
+        unpack(
+            lambda wildcards: registry("conformity")
+            .table(wildcards.name)
+            .inputs(config)
+        ),
     output:
         csv=report(
             "results/tables/conformity/{name}.csv",
@@ -74,9 +78,11 @@ rule conformity_fit_table:
         **dag.rule_resources(config, "conformity_fit_table", runtime=10, mem_mb=2000),
     params:
         study="conformity",
-        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
-        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
-            config
+        caption=lambda wildcards: report_caption(
+            registry("conformity").table(wildcards.name), config
         ),
+        settings=lambda wildcards: registry("conformity")
+        .table(wildcards.name)
+        .settings(config),
     script:
         "../scripts/write_table.py"

@@ -73,7 +73,11 @@ rule conformity_metrics_rows:
 rule conformity_metrics_table:
     """One table of the metrics stage (6-8, 13-16, 18, 19)."""
     input:
-        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
+        unpack(
+            lambda wildcards: registry("conformity")
+            .table(wildcards.name)
+            .inputs(config)
+        ),
     output:
         csv=report(
             "results/tables/conformity/{name}.csv",
@@ -94,9 +98,11 @@ rule conformity_metrics_table:
         ),
     params:
         study="conformity",
-        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
-        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
-            config
+        caption=lambda wildcards: report_caption(
+            registry("conformity").table(wildcards.name), config
         ),
+        settings=lambda wildcards: registry("conformity")
+        .table(wildcards.name)
+        .settings(config),
     script:
         "../scripts/write_table.py"

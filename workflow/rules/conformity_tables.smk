@@ -6,7 +6,11 @@
 rule conformity_table:
     """One model-free table (CSV + LaTeX) of the registry's descriptive stage."""
     input:
-        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
+        unpack(
+            lambda wildcards: registry("conformity")
+            .table(wildcards.name)
+            .inputs(config)
+        ),
     output:
         csv=report(
             "results/tables/conformity/{name}.csv",
@@ -25,10 +29,12 @@ rule conformity_table:
         **dag.rule_resources(config, "conformity_table", runtime=10, mem_mb=4000),
     params:
         study="conformity",
-        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
-        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
-            config
+        caption=lambda wildcards: report_caption(
+            registry("conformity").table(wildcards.name), config
         ),
+        settings=lambda wildcards: registry("conformity")
+        .table(wildcards.name)
+        .settings(config),
     script:
         "../scripts/write_table.py"
 
@@ -36,7 +42,11 @@ rule conformity_table:
 rule conformity_figure:
     """One figure of the registry's descriptive stage, with the numbers it plots."""
     input:
-        unpack(lambda wildcards: registry("conformity")[wildcards.name].inputs(config)),
+        unpack(
+            lambda wildcards: registry("conformity")
+            .figure(wildcards.name)
+            .inputs(config)
+        ),
     output:
         csv="results/figures/conformity/{name}.csv",
         pdf="results/figures/conformity/{name}.pdf",
@@ -56,9 +66,11 @@ rule conformity_figure:
         **dag.rule_resources(config, "conformity_figure", runtime=10, mem_mb=4000),
     params:
         study="conformity",
-        caption=lambda wildcards: report_caption("conformity", wildcards.name, config),
-        settings=lambda wildcards: registry("conformity")[wildcards.name].settings(
-            config
+        caption=lambda wildcards: report_caption(
+            registry("conformity").figure(wildcards.name), config
         ),
+        settings=lambda wildcards: registry("conformity")
+        .figure(wildcards.name)
+        .settings(config),
     script:
         "../scripts/draw_figure.py"

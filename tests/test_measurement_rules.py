@@ -22,7 +22,7 @@ from context_effects.measurement.pipeline import (
     omitted_fits,
     select_ratings,
 )
-from context_effects.measurement.report import Builder, FitResult
+from context_effects.measurement.report import Builder, FitResult, table_settings
 
 THRESHOLDS = {"max_rhat": 1.01, "min_ess_bulk": 400, "min_ess_tail": 400, "max_divergences": 0}
 
@@ -128,13 +128,14 @@ def test_failed_fit_is_flagged_in_its_table_and_note():
     spec = fit_plan(cfg)[0]
     diag = _diag(max_rhat=1.2)
     res = FitResult(spec, summary, diag, assess(diag, THRESHOLDS))
-    t3 = Builder(cfg, {("truthfulqa", "main"): res}).table3()
+    results = {("truthfulqa", "main"): res}
+    t3 = Builder(table_settings(cfg, "3"), results).table3()
     assert t3.df.loc[0, "All-Wrong"] == "-0.500 [-0.600, -0.400]"
     assert t3.df.loc[0, "Diagnostics"] == "FAILED"
     assert any("Diagnostics FAILED for fit truthfulqa/main" in n and "R-hat 1.200" in n for n in t3.notes)
-    t10 = Builder(cfg, {("truthfulqa", "main"): res}).decomposition_table("truthfulqa")
+    t10 = Builder(table_settings(cfg, "10"), results).decomposition_table("truthfulqa")
     assert t10.df.iloc[0, 0].startswith("not estimated: the decomposition corpus is disabled")
-    t17 = Builder(cfg, {("truthfulqa", "main"): res}).table17()
+    t17 = Builder(table_settings(cfg, "17"), results).table17()
     assert t17.df.loc[0, "Self-excluded fit"] == "not fitted"
     assert any("remove every experimental rating" in n for n in t17.notes)
 

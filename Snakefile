@@ -51,3 +51,8 @@ rule all:
     input:
         dag.study_outputs(config),
         dag.paper_targets(),
+
+
+# `resources:` may name only rules of this workflow (a typo would be ignored); the
+# rule names are known only now, after every rule file is included.
+config_checks.check_resource_names(config, [r.name for r in workflow.rules])

@@ -20,6 +20,16 @@ Endpoints: OpenAI ``/v1/chat/completions``, ``/v1/completions``, ``/v1/files``
 Faults are injected on the n-th request (0-based, in arrival order) to any path
 in ``fault_paths`` (default: the three generation endpoints), or on every such
 request with ``always=``.
+
+Replies that carry no answer are sent the way the real APIs send them (see
+:class:`Reply`): a refusal (OpenAI ``message.refusal`` with ``content: null``, or
+``finish_reason: "content_filter"``; Anthropic ``stop_reason: "refusal"``) and an
+empty reply (OpenAI ``content: ""``; Anthropic an empty ``content`` list).
+
+``hold_after=n`` answers the first ``n`` generation requests and holds every later
+one unanswered until :meth:`ProviderServer.release_held`, which drops them without
+a reply: a provider that never got to generate them, as when the client is killed
+while they wait. :meth:`ProviderServer.answered_calls` counts only the answered ones.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import hashlib
 import json
 import math
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -67,6 +78,10 @@ class LoggedRequest:
     status: int | None = None
     fault: str | None = None
     t_done: float | None = None
+    # Held by ``hold_after`` and dropped unanswered.
+    held: bool = False
+    # The body never fully arrived (its client died while sending).
+    partial: bool = False
 
 
 # ---------------------------------------------------------------------------
@@ -92,6 +107,13 @@ class Reply:
     tokens: list[str]
     # Alternatives at position 0, best first: (token, probability).
     first_alternatives: list[tuple[str, float]] = field(default_factory=list)
+    # A refusal: OpenAI chat sends it in ``message.refusal`` with ``content: null``
+    # (finish_reason "stop"); Anthropic ends the message with stop_reason "refusal".
+    # ``tokens`` is whatever partial text came before it (usually none).
+    refusal: str | None = None
+    # OpenAI's moderation cut the reply: finish_reason "content_filter", content
+    # null when nothing was generated (Anthropic has no such reason: sent as a refusal).
+    content_filter: bool = False
 
     @property
     def text(self) -> str:
@@ -106,6 +128,19 @@ def default_reply(prompt: str) -> Reply:
         return Reply(["Yes"], alts)
     r = rating_for(prompt)
     return Reply(["{", '"rating"', ": ", str(r), "}"], [("{", 0.97), ("```", 0.02), ("Rating", 0.01)])
+
+
+def refusal_reply(message: str = "I'm sorry, I can't help with that.") -> Reply:
+    return Reply([], refusal=message)
+
+
+def content_filter_reply() -> Reply:
+    return Reply([], content_filter=True)
+
+
+def empty_reply() -> Reply:
+    """No text at all: OpenAI ``content: ""`` (finish_reason "stop"), Anthropic ``content: []`` (end_turn)."""
+    return Reply([])
 
 
 def _prompt_of_chat(messages: list[dict[str, Any]]) -> str:
@@ -142,6 +177,7 @@ class ProviderServer:
         reply=default_reply,
         # Small artificial latency on generation calls, so concurrent requests overlap.
         latency_s: float = 0.0,
+        hold_after: int | None = None,
     ) -> None:
         self.openai_key = openai_key
         self.anthropic_key = anthropic_key
@@ -151,6 +187,10 @@ class ProviderServer:
         self.batch_in_progress_polls = batch_in_progress_polls
         self.reply = reply
         self.latency_s = latency_s
+        # Answer this many generation requests, then hold the rest (see the module docstring).
+        self.hold_after = hold_after
+        self._admitted = 0
+        self._release = threading.Event()
         # custom_ids the batch endpoints answer with an error / leave expired.
         self.batch_error_ids: set[str] = set()
         self.batch_expired_ids: set[str] = set()
@@ -171,7 +211,7 @@ class ProviderServer:
 
     def start(self) -> "ProviderServer":
         handler = type("Handler", (_Handler,), {"provider": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._httpd = _Server(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
@@ -179,6 +219,7 @@ class ProviderServer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._release.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -214,7 +255,18 @@ class ProviderServer:
 
     def generation_calls(self) -> list[LoggedRequest]:
         with self._lock:
-            return [r for r in self.log if r.method == "POST" and r.path in GENERATION_PATHS]
+            return [r for r in self.log if r.method == "POST" and r.path in GENERATION_PATHS and not r.partial]
+
+    def answered_calls(self) -> list[LoggedRequest]:
+        """Generation requests the server answered with a reply (200), i.e. generated and sent."""
+        return [r for r in self.generation_calls() if r.status == 200 and r.fault is None]
+
+    def held_calls(self) -> list[LoggedRequest]:
+        return [r for r in self.generation_calls() if r.held]
+
+    def release_held(self) -> None:
+        """Drop every held request without an answer (their client is gone)."""
+        self._release.set()
 
     # -- internals used by the handler -----------------------------------------
 
@@ -225,6 +277,14 @@ class ProviderServer:
             index = self._fault_index
             self._fault_index += 1
         return index, self.faults.get(index, self.always)
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client killed mid-request (the kill tests) resets its connections: not a server bug.
+        if isinstance(sys.exc_info()[1], (ConnectionError, socket.timeout)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -301,6 +361,11 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if not self._authorised():
                 return
+            if method == "POST" and path in GENERATION_PATHS and not isinstance(body, dict):
+                # A body cut short (its client was killed while sending) is not JSON;
+                # not counted as a generation call: nothing could be generated.
+                self._entry.partial = True
+                return self._error(400, "invalid_request_error", "could not parse the JSON body")
             index, fault = p._next_fault(path)
             self._entry.index = index
             if fault is not None:
@@ -409,6 +474,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _generate(self, make: Any) -> None:
         p = self.provider
         with p._lock:
+            hold = p.hold_after is not None and p._admitted >= p.hold_after
+            if not hold:
+                p._admitted += 1
+        if hold:
+            self._entry.held = True
+            p._release.wait()
+            self.close_connection = True
+            return
+        with p._lock:
             p.in_flight += 1
             p.max_in_flight = max(p.max_in_flight, p.in_flight)
         try:
@@ -445,8 +519,13 @@ def _truncate(reply: Reply, max_tokens: int | None) -> tuple[list[str], str]:
 def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
     reply = p.reply(_prompt_of_chat(body.get("messages", [])))
     tokens, finish = _truncate(reply, body.get("max_completion_tokens") or body.get("max_tokens"))
+    message: str | None = "".join(tokens)
+    if reply.refusal is not None:
+        message, finish = None, "stop"
+    elif reply.content_filter:
+        message, finish = (message or None), "content_filter"
     logprobs = None
-    if body.get("logprobs"):
+    if body.get("logprobs") and message:
         k = int(body.get("top_logprobs") or 0)
         content = []
         for i, tok in enumerate(tokens):
@@ -472,7 +551,7 @@ def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": "".join(tokens), "refusal": None},
+                "message": {"role": "assistant", "content": message, "refusal": reply.refusal},
                 "logprobs": logprobs,
                 "finish_reason": finish,
             }
@@ -490,7 +569,7 @@ def _text_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
     reply = p.reply(prompt)
     tokens, finish = _truncate(reply, body.get("max_tokens"))
     logprobs = None
-    if body.get("logprobs") is not None:
+    if body.get("logprobs") is not None and tokens:
         k = int(body["logprobs"])
         alts = [dict(reply.first_alternatives[:k])] + [{t: 0.0} for t in tokens[1:]]
         alts[0] = {t: math.log(pr) for t, pr in alts[0].items()}
@@ -519,13 +598,17 @@ def _text_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
 def _anthropic_message(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
     reply = p.reply(_prompt_of_chat(body.get("messages", [])))
     tokens, finish = _truncate(reply, body.get("max_tokens"))
+    stop = "end_turn" if finish == "stop" else "max_tokens"
+    if reply.refusal is not None or reply.content_filter:
+        stop = "refusal"
     return {
         "id": f"msg_{uuid.uuid4().hex[:16]}",
         "type": "message",
         "role": "assistant",
         "model": body.get("model"),
-        "content": [{"type": "text", "text": "".join(tokens)}],
-        "stop_reason": "end_turn" if finish == "stop" else "max_tokens",
+        # An empty reply is an empty content list, as the real API sends it.
+        "content": [{"type": "text", "text": "".join(tokens)}] if tokens else [],
+        "stop_reason": stop,
         "stop_sequence": None,
         "usage": {"input_tokens": _word_count(body.get("messages", [])), "output_tokens": len(tokens)},
     }

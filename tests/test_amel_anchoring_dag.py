@@ -40,6 +40,11 @@ def test_amel_domains_models_and_sources(demo):
     assert amel_dag.response_shards(demo) == [
         f"results/responses/amel/judge/smollm2-135m/{d}.parquet" for d in amel_dag.domains(demo)
     ]
+    # The scores rule checks response shard i against request shard i.
+    assert amel_dag.request_shards(demo) == [
+        p.replace("results/responses/", "results/requests/", 1) for p in amel_dag.response_shards(demo)
+    ]
+    assert amel_dag.request_shard("m", "d") == "results/requests/amel/judge/m/d.parquet"
     clash = changed(demo, "amel", "item_files", {"truthfulqa": "x.jsonl"})
     with pytest.raises(ValueError, match=r"benchmark name\(s\) \['truthfulqa'\]"):
         amel_dag.domains(clash)
@@ -100,6 +105,8 @@ def test_anchoring_paths_inputs_and_settings(demo):
         "task_files": ["data/anchoring/tasks.jsonl"],
     }
     assert anchoring_dag.results(demo) == ["results/anchoring/runs/smollm2-135m.json"]
+    assert anchoring_dag.request_shard("j") == "results/requests/anchoring/judge/j/tasks.parquet"
+    assert anchoring_dag.response_shard("j") == "results/responses/anchoring/judge/j/tasks.parquet"
     assert anchoring_dag.run_info(demo) == {"label": demo["run"]["label"], "kind": "demo"}
     assert anchoring_dag.task_settings(demo) == {
         k: h[k] for k in ("tasks_per_dataset", "answer_kinds", "seed", "verdict_threshold")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
@@ -128,3 +129,188 @@ def test_replay_overlay_switches_replay_on_and_keeps_the_rest(paper):
     cfg = validate_config(merged)
     assert cfg["run"]["replay"] is True and cfg["run"]["label"] == "paper"
     assert cfg["conformity"]["generators"] == paper["conformity"]["generators"]
+
+
+# ------------------------------------------------------------ strict YAML loading
+#
+# PyYAML (and so Snakemake) reads YAML 1.1: a duplicate key silently keeps the last
+# value, and plain scalars such as `no`, `012`, `1:20` or `2026-01-01` become booleans,
+# octal or base-60 integers and dates. load_config refuses both, naming file, line,
+# column and the fix; a plain YAML 1.2 value still loads.
+
+
+def _write(tmp_path, text, name="cfg.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_strict_loader_keeps_plain_yaml_12_values(tmp_path):
+    path = _write(tmp_path, (
+        "a: true\nb: false\nc: 0.5\nd: 42\ne: ~\nf: null\ng: -3\nh: .5\ni: 1.0e+3\nj: 0x1F\n"
+        "k: text\nl: 'yes'\nm: \"012\"\nn: '2026-01-01'\no: [1, 2]\np: {q: 0}\nr: 0\ns: .inf\n"
+        "t: !!str no\nu: hello world\n"
+    ))
+    assert load_config(path) == {
+        "a": True, "b": False, "c": 0.5, "d": 42, "e": None, "f": None, "g": -3, "h": 0.5, "i": 1000.0,
+        "j": 31, "k": "text", "l": "yes", "m": "012", "n": "2026-01-01", "o": [1, 2], "p": {"q": 0},
+        "r": 0, "s": float("inf"), "t": "no", "u": "hello world",
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("enabled: yes", "`yes` is the boolean true in YAML 1.1"),
+        ("enabled: no", "`no` is the boolean false in YAML 1.1"),
+        ("enabled: on", "`on` is the boolean true in YAML 1.1"),
+        ("label: off", "`off` is the boolean false in YAML 1.1"),
+        ("seed: 012", "`012` is the integer 10 (octal) in YAML 1.1"),
+        ("seed: 09", "`09`"),
+        ("max_tokens: 1:20", "`1:20` is the integer 80 (base 60) in YAML 1.1"),
+        ("label: 2026-01-01", "`2026-01-01` is a date in YAML 1.1"),
+        ("seed: 0b101", "`0b101`"),
+        ("seed: 1_000", "`1_000`"),
+        ("temperature: 1e-3", "`1e-3`"),
+        ("yes: 1", "`yes` is the boolean true in YAML 1.1"),
+    ],
+)
+def test_strict_loader_rejects_ambiguous_plain_scalars(tmp_path, line, expected):
+    path = _write(tmp_path, f"# header\nrun:\n  {line}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert f"{path}:3:" in msg, msg  # file, line (and column)
+    assert expected in msg, msg
+    assert "quote it" in msg, msg
+
+
+def test_strict_loader_rejects_duplicate_keys(tmp_path):
+    path = _write(tmp_path, "run:\n  label: a\nsampling:\n  seed: 1\n  seed: 2\nrun:\n  kind: demo\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    msg = str(err.value)
+    assert f"{path}:5:3: duplicate key `seed` (first at line 4)" in msg, msg
+    assert f"{path}:6:1: duplicate key `run` (first at line 1)" in msg, msg
+    assert "YAML keeps only the last one" in msg and "delete one" in msg
+
+
+def test_strict_loader_reads_json_like_snakemake(tmp_path):
+    assert load_config(_write(tmp_path, '{"a": 1e3, "b": "yes"}', "c.json")) == {"a": 1000.0, "b": "yes"}
+    with pytest.raises(ConfigError, match=r'c\.json:1:10: duplicate key `a`'):
+        load_config(_write(tmp_path, '{"a": 1, "a": 2}', "c.json"))
+
+
+def test_shipped_configs_load_strictly():
+    for name in ("config.yaml", "demo.yaml", "replay.yaml"):
+        assert isinstance(load_config(REPO / "config" / name), dict)
+
+
+# ------------------------------------------------- designs the config cannot run
+
+
+def _validated_demo():
+    return copy.deepcopy(load_config(REPO / "config" / "demo.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda c: c["conformity"].update(datasets=[]),
+         "`conformity.datasets` is empty but Study C is enabled"),
+        (lambda c: c["conformity"].update(generators=[]),
+         "`conformity.generators` is empty but Study C is enabled"),
+        (lambda c: c["conformity"].update(judges=[]),
+         "`conformity.judges` is empty but Study C is enabled"),
+        (lambda c: c["anchoring"].update(tasks_per_dataset=5),
+         "`anchoring.tasks_per_dataset` = 5 but `datasets.truthfulqa.n_items` = 4"),
+        (lambda c: c["datasets"]["mmlu_pro"].update(n_items=1),
+         "AMEL domain 'mmlu_pro': a history needs items of another question"),
+    ],
+)
+def test_design_the_data_cannot_support_fails(mutate, expected):
+    cfg = _validated_demo()
+    mutate(cfg)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert expected in str(err.value), str(err.value)
+
+
+def test_disabled_study_may_leave_its_lists_empty():
+    cfg = _validated_demo()
+    cfg["conformity"] = {"enabled": False, "generators": [], "judges": [], "datasets": []}
+    validate_config(cfg)
+
+
+def test_amel_item_file_histories_checked_in_the_workdir(tmp_path):
+    cfg = _validated_demo()
+    items = tmp_path / "one_group.jsonl"
+    rec = {"content": "c", "question": "q?", "question_swapped": "not q?", "group": "g"}
+    items.write_text("".join(json.dumps({**rec, "id": f"i{i}", "answer": "Yes" if i % 2 else "No"}) + "\n"
+                             for i in range(4)))
+    cfg["amel"]["item_files"] = {"one_group": "one_group.jsonl"}
+    validate_config(cfg)  # without a workdir no file is read
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, workdir=tmp_path)
+    msg = str(err.value)
+    assert "`amel.item_files.one_group`" in msg and "all items share one group" in msg, msg
+    cfg["amel"]["item_files"] = {"gone": "missing.jsonl"}
+    with pytest.raises(ConfigError, match=r"`amel.item_files.gone`.*does not exist"):
+        validate_config(cfg, workdir=tmp_path)
+    # The shipped item file supports the demo design.
+    validate_config(_validated_demo(), workdir=REPO)
+
+
+def test_amel_history_longer_than_the_domain_is_reported(caplog):
+    """Histories longer than a domain's other items cycle (docs/deviations.yaml,
+    amel-history-construction): allowed, recorded per request, and said once at parse time."""
+    from context_effects.config_checks import history_shortfalls
+
+    cfg = validate_config(_validated_demo(), workdir=REPO)
+    assert history_shortfalls(cfg, REPO) == []
+    cfg["amel"]["history_lengths"] = [2, 7]
+    short = history_shortfalls(cfg, REPO)
+    # Demo benchmarks: 4 questions x 2 answers, a test item's own question excluded: 6 others.
+    assert ("truthfulqa", 7, 6) in short and ("code_review", 7, 22) not in short
+    paper = validate_config(load_config(REPO / "config" / "config.yaml"), workdir=REPO)
+    # The paper design asks 50 turns of the 24-item code-review domain: they cycle.
+    assert ("code_review", 50, 22) in history_shortfalls(paper, REPO)
+
+
+def test_resource_override_for_an_unknown_rule_fails():
+    from context_effects.config_checks import check_resource_names
+
+    cfg = validate_config({**_validated_demo(), "resources": {"build_itemz": {"runtime": 5}}})
+    with pytest.raises(ConfigError) as err:
+        check_resource_names(cfg, ["all", "build_items", "fetch_dataset"])
+    msg = str(err.value)
+    assert "`resources.build_itemz` names no rule of this workflow" in msg
+    assert "rules: all, build_items, fetch_dataset" in msg
+    check_resource_names({**cfg, "resources": {"build_items": {"runtime": 5}}}, ["build_items"])
+
+
+def test_config_files_given_to_snakemake_are_read_strictly(tmp_path):
+    from context_effects.config_checks import check_config_files
+
+    good = _write(tmp_path, "run: {label: x}\n", "good.yaml")
+    bad = _write(tmp_path, "run: {label: x}\nrun: {label: y}\n", "bad.yaml")
+    check_config_files([good])
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2:1: duplicate key `run`"):
+        check_config_files([good, bad])
+
+
+def test_history_check_mirrors_how_histories_are_built():
+    """history_shortfalls says "repeats" exactly when DomainItems.history repeats an item."""
+    from context_effects.amel.design import DomainItems
+    from context_effects.amel.items import build_domain_items
+    from context_effects.config_checks import history_shortfalls
+
+    cfg = validate_config(_validated_demo(), workdir=REPO)
+    items = build_domain_items("code_review", item_file=REPO / "data/amel/code_review.jsonl",
+                               items_per_domain=cfg["amel"]["items_per_domain"], seed=cfg["amel"]["seed"])
+    domain = DomainItems(items)
+    tests = items.loc[items["is_test"], "item_id"]
+    for k in (21, 22, 23, 30):
+        cfg["amel"]["history_lengths"] = [k]
+        flagged = ("code_review", k, 22) in history_shortfalls(cfg, REPO)
+        assert flagged == any(domain.history(i, k)[1] > 0 for i in tests), k

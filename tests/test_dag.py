@@ -3,6 +3,7 @@ a table added through the registry alone being built by the workflow."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -88,6 +89,30 @@ def test_conformity_shards_and_judges_of_the_paper_design(paper):
     assert "gpt-4o" in conformity_dag.judges(paper, "truthfulqa")
     assert "gpt-4o" not in conformity_dag.judges(paper, "mmlu_pro")
     assert conformity_dag.anchor_response_shards(paper, "truthfulqa") == []  # real runs judge fixed anchor texts
+
+
+def _as_requests(paths):
+    return [p.replace("results/responses/", "results/requests/", 1) for p in paths]
+
+
+def test_request_shards_pair_with_response_shards(paper, demo):
+    """Each collector checks response shard i against request shard i (tests/test_shard_completeness.py)."""
+    synthetic = copy.deepcopy(demo)
+    for name in synthetic["conformity"]["generators"]:
+        synthetic["models"][name]["backend"] = "synthetic"
+    for cfg in (paper, demo, synthetic):
+        for ds in conformity_dag.datasets(cfg):
+            assert conformity_dag.request_shards(cfg, ds) == _as_requests(conformity_dag.response_shards(cfg, ds))
+            assert conformity_dag.judge_request_shards(cfg, ds) == _as_requests(
+                conformity_dag.judge_response_shards(cfg, ds))
+            assert conformity_dag.anchor_request_shards(cfg, ds) == _as_requests(
+                conformity_dag.anchor_response_shards(cfg, ds))
+    assert conformity_dag.anchor_request_shards(synthetic, "truthfulqa")  # synthetic anchors are answered too
+    assert conformity_dag.injection_tables(paper) == [
+        f"results/conformity/injection/{d}.parquet" for d in paper["conformity"]["datasets"]]
+    off = copy.deepcopy(paper)
+    off["conformity"]["enabled"] = False
+    assert conformity_dag.injection_tables(off) == []
 
 
 def test_judge_block_sizes_hosted_and_open_judges(paper):

@@ -365,3 +365,222 @@ def test_hub_source_calls_load_dataset(monkeypatch):
     assert len(got) == 8
     with pytest.raises(ValueError, match="kind must be"):
         load_raw("truthfulqa", {"kind": "ftp", "path": "x"})
+
+
+# ------------------------------------------------------------- damaged sources
+#
+# Every source is checked whole before sampling, so a damaged row fails the build
+# whichever rows the sample would take, and every error names the file, the line
+# (JSON lines, CSV) or row (Parquet) and the field. Damaged copies are built here
+# from the demo files, in every layout the loaders recognise.
+
+import csv  # noqa: E402
+import re  # noqa: E402
+
+
+def _demo_records(dataset: str) -> list[dict]:
+    return [json.loads(line) for line in (DEMO / f"{dataset}.jsonl").read_text().splitlines()]
+
+
+def _nested_arc(rec: dict) -> dict:
+    choices = [{"text": t, "label": lab} for t, lab in zip(rec["choices"]["text"], rec["choices"]["label"])]
+    return {"id": rec["id"], "question": {"stem": rec["question"], "choices": choices}, "answerKey": rec["answerKey"]}
+
+
+# layout -> (dataset, file suffix, the demo records in that layout)
+LAYOUT_SOURCES = {
+    "truthfulqa_hf_generation": ("truthfulqa", ".jsonl", lambda: _demo_records("truthfulqa")),
+    "truthfulqa_csv": ("truthfulqa", ".csv", lambda: [
+        {"Type": r["type"], "Category": r["category"], "Question": r["question"], "Best Answer": r["best_answer"],
+         "Correct Answers": "; ".join(r["correct_answers"]), "Incorrect Answers": "; ".join(r["incorrect_answers"]),
+         "Source": r["source"]} for r in _demo_records("truthfulqa")]),
+    "truthfulqa_parquet": ("truthfulqa", ".parquet", lambda: _demo_records("truthfulqa")),
+    "mmlu_pro_hf": ("mmlu_pro", ".jsonl", lambda: _demo_records("mmlu_pro")),
+    "mmlu_pro_parquet": ("mmlu_pro", ".parquet", lambda: _demo_records("mmlu_pro")),
+    "arc_hf_flat": ("arc_challenge", ".jsonl", lambda: _demo_records("arc_challenge")),
+    "arc_raw_nested": ("arc_challenge", ".jsonl", lambda: [_nested_arc(r) for r in _demo_records("arc_challenge")]),
+    "arc_flat_parquet": ("arc_challenge", ".parquet", lambda: _demo_records("arc_challenge")),
+    "arc_json_list": ("arc_challenge", ".json", lambda: _demo_records("arc_challenge")),
+}
+
+# The id field (or, for TruthfulQA, whose ids are positional, the question) of each layout.
+ID_FIELD = {"truthfulqa": "question", "mmlu_pro": "question_id", "arc_challenge": "id"}
+
+
+def _write_source(path: Path, records: list[dict]) -> Path:
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(records, indent=1))
+    elif path.suffix == ".csv":
+        with open(path, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(records[0]))
+            writer.writeheader()
+            writer.writerows(records)
+    else:
+        pq.write_table(pa.Table.from_pylist(records), path)
+    return path
+
+
+def _where(path: Path, index: int) -> str:
+    """How an error names record ``index`` (0-based) of a source file."""
+    if path.suffix == ".jsonl":
+        return f"{path}:{index + 1}"
+    if path.suffix == ".csv":
+        return f"{path}:{index + 2}"  # the header is line 1
+    if path.suffix == ".json":
+        return f"{path}, record {index + 1}"
+    return f"{path}, row {index + 1}"
+
+
+def _short(path: Path, index: int) -> str:
+    """The same place named within its file: "line 3", "row 3", "record 3"."""
+    where = _where(path, index).removeprefix(str(path))
+    return f"line {where[1:]}" if where.startswith(":") else where.removeprefix(", ")
+
+
+def _field(layout: str, name: str) -> str:
+    return {"Question": "Question", "question": "Question"}.get(name, name) if layout == "truthfulqa_csv" else name
+
+
+def _build(dataset: str, path: Path, n_items: int = 1, seed: int = 0):
+    return build_item_table(dataset, local(path), n_items=n_items, sample_seed=seed, attractor_seed=42)
+
+
+@pytest.fixture(params=sorted(LAYOUT_SOURCES))
+def layout(request):
+    return request.param
+
+
+def test_every_layout_source_builds_intact(layout, tmp_path):
+    dataset, suffix, records = LAYOUT_SOURCES[layout]
+    path = _write_source(tmp_path / f"src{suffix}", records())
+    assert len(_build(dataset, path, n_items=8)) == 8
+
+
+def test_duplicate_id_fails_even_when_the_sample_takes_one_copy(layout, tmp_path):
+    """A second row with the id of row 2 but another answer: before, sampling one copy passed
+    and the item could carry the other row's gold answer (TruthfulQA: a repeated row)."""
+    dataset, suffix, make = LAYOUT_SOURCES[layout]
+    records = make()
+    copy_of = dict(records[1])
+    if dataset == "mmlu_pro":
+        copy_of["answer_index"], copy_of["answer"] = 0, "A"
+    elif dataset == "arc_challenge":
+        copy_of["answerKey"] = "A"
+    records.append(copy_of)
+    path = _write_source(tmp_path / f"src{suffix}", records)
+    field = _field(layout, ID_FIELD[dataset])
+    for seed in range(4):  # whichever copy (or neither) the sample takes
+        with pytest.raises(ValueError) as err:
+            _build(dataset, path, n_items=1, seed=seed)
+        msg = str(err.value)
+        assert f"{_where(path, 8)}: duplicate `{field}` (first at {_short(path, 1)})" in msg, msg
+        assert "delete" in msg
+
+
+@pytest.mark.parametrize("field_of", [
+    {"truthfulqa": "incorrect_answers", "mmlu_pro": "options", "arc_challenge": "answerKey"},
+    {"truthfulqa": "best_answer", "mmlu_pro": "answer_index", "arc_challenge": "question"},
+])
+def test_missing_required_field_is_an_error_not_a_dropped_item(layout, field_of, tmp_path):
+    dataset, suffix, make = LAYOUT_SOURCES[layout]
+    records = make()
+    name = field_of[dataset]
+    csv_names = {"incorrect_answers": "Incorrect Answers", "best_answer": "Best Answer"}
+    key = csv_names[name] if layout == "truthfulqa_csv" else name
+    if layout == "arc_raw_nested" and name == "question":
+        records[3]["question"]["stem"], key = "  ", "question.stem"
+    elif suffix == ".csv":
+        records[3][key] = ""
+    elif suffix == ".parquet":
+        records[3][key] = None
+    else:
+        del records[3][key]
+    path = _write_source(tmp_path / f"src{suffix}", records)
+    with pytest.raises(ValueError) as err:
+        _build(dataset, path, n_items=8)
+    msg = str(err.value)
+    assert f"{_where(path, 3)}: field `{key}` is missing or empty" in msg, msg
+
+
+def test_missing_id_names_file_line_and_field(tmp_path):
+    for dataset, field in (("mmlu_pro", "question_id"), ("arc_challenge", "id")):
+        records = _demo_records(dataset)
+        del records[5][field]
+        path = _write_source(tmp_path / f"{dataset}.jsonl", records)
+        with pytest.raises(ValueError, match=re.escape(f"{path}:6: field `{field}` is missing or empty")):
+            _build(dataset, path)
+        records[5][field] = "   " if dataset == "arc_challenge" else "x7"
+        path = _write_source(tmp_path / f"{dataset}.jsonl", records)
+        expected = "is missing or empty" if dataset == "arc_challenge" else "must be an integer"
+        with pytest.raises(ValueError, match=re.escape(f"{path}:6: field `{field}` ") + ".*" + expected):
+            _build(dataset, path)
+
+
+@pytest.mark.parametrize("layout_name", ["truthfulqa_hf_generation", "truthfulqa_csv", "mmlu_pro_hf",
+                                         "arc_hf_flat", "arc_raw_nested", "arc_json_list"])
+def test_non_utf8_byte_names_file_line_and_field(layout_name, tmp_path):
+    dataset, suffix, make = LAYOUT_SOURCES[layout_name]
+    path = _write_source(tmp_path / f"src{suffix}", make())
+    data = path.read_bytes()
+    target = {"truthfulqa": b"octopus", "mmlu_pro": b"multiplied", "arc_challenge": b"own light"}[dataset]
+    at = data.index(target)
+    path.write_bytes(data[:at] + b"\xe9" + data[at + 1:])  # latin-1 'e' acute in place of one letter
+    line = data[:at].count(b"\n") + 1
+    with pytest.raises(ValueError) as err:
+        _build(dataset, path)
+    msg = str(err.value)
+    assert f"{path}:{line}:" in msg and "byte 0xe9 is not valid UTF-8" in msg, msg
+    question = {"truthfulqa_csv": "Question", "arc_raw_nested": "question.stem"}.get(layout_name, "question")
+    if suffix != ".json":
+        assert f"field `{question}`" in msg, msg
+    assert "save the file as UTF-8" in msg
+
+
+def test_truthfulqa_duplicate_question_is_an_error_naming_both_rows(tmp_path):
+    records = LAYOUT_SOURCES["truthfulqa_csv"][2]()
+    records.insert(5, dict(records[2]))
+    path = _write_source(tmp_path / "TruthfulQA.csv", records)
+    with pytest.raises(ValueError) as err:
+        normalise("truthfulqa", load_raw("truthfulqa", local(path)), attractor_seed=1)
+    msg = str(err.value)
+    assert f"{path}:7: duplicate `Question` (first at line 4)" in msg, msg
+    assert "ids are positional" in msg
+
+
+def test_every_problem_of_the_source_is_listed(tmp_path):
+    records = _demo_records("mmlu_pro")
+    records[1]["answer_index"] = 42
+    del records[4]["question"]
+    records.append(dict(records[0]))
+    path = _write_source(tmp_path / "mmlu.jsonl", records)
+    with pytest.raises(ValueError) as err:
+        _build("mmlu_pro", path)
+    msg = str(err.value)
+    assert "3 problem(s)" in msg, msg
+    assert f"{path}:2: field `answer_index` = 42" in msg
+    assert f"{path}:5: field `question` is missing or empty" in msg
+    assert f"{path}:9: duplicate `question_id`" in msg
+
+
+@real
+def test_damaged_real_copies_name_file_line_and_field(tmp_path):
+    """The real files' own layouts, first rows only: a repeated row and a blanked field."""
+    tqa = (SHARED / "truthfulqa" / "TruthfulQA.csv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
+    path = tmp_path / "TruthfulQA.csv"
+    path.write_text("".join(tqa[:30] + [tqa[10]]))
+    with pytest.raises(ValueError, match=re.escape(f"{path}:31: duplicate `Question` (first at line 11)")):
+        _build("truthfulqa", path)
+    for rel, field in (("mmlu_pro/mmlu_pro_test.jsonl", "question_id"),
+                       ("arc_challenge/ARC-Challenge-Test.jsonl", "id"),
+                       ("arc_challenge/arc_challenge_test_flat.jsonl", "id"),
+                       ("truthfulqa/truthfulqa_generation.jsonl", "incorrect_answers")):
+        lines = (SHARED / rel).read_text(encoding="utf-8").splitlines(keepends=True)[:30]
+        rec = json.loads(lines[20])
+        del rec[field]
+        lines[20] = json.dumps(rec) + "\n"
+        path = tmp_path / Path(rel).name
+        path.write_text("".join(lines))
+        with pytest.raises(ValueError, match=re.escape(f"{path}:21: field `{field}` is missing or empty")):
+            _build(rel.split("/")[0], path)

@@ -31,7 +31,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
-from provider_server import Fault, ProviderServer, rating_for, yes_probability  # noqa: E402
+from provider_server import (  # noqa: E402
+    Fault,
+    ProviderServer,
+    Reply,
+    content_filter_reply,
+    default_reply,
+    empty_reply,
+    rating_for,
+    refusal_reply,
+    yes_probability,
+)
 
 from context_effects.llm.backends.anthropic_api import AnthropicBackend  # noqa: E402
 from context_effects.llm.backends.openai_api import OpenAIBackend, OpenAICompatibleBackend  # noqa: E402
@@ -619,3 +629,150 @@ def test_api_key_never_reaches_any_written_file(tmp_path: Path, monkeypatch: pyt
         data = path.read_bytes()
         for secret in (key, key[::-1]):
             assert secret.encode() not in data, f"API key leaked into {path}"
+
+
+# ---------------------------------------------------------------------------
+# Answers stream out as they complete; a stop sends nothing more
+# ---------------------------------------------------------------------------
+
+
+def test_stream_yields_each_result_as_it_completes_with_heartbeats_between() -> None:
+    with server(latency_s=0.3) as srv:
+        backend = openai_backend(srv, concurrency=1, max_concurrency=1)
+        t0 = time.monotonic()
+        stream = backend.stream([req(i) for i in range(3)], heartbeat_s=0.05)
+        arrivals = [(time.monotonic() - t0, item) for item in stream]
+    results = [(t, r) for t, r in arrivals if r is not None]
+    assert len(results) == 3 and all(r.ok for _, r in results)
+    # One at a time, about 0.3 s apart: the first is out long before the last is done.
+    assert results[0][0] < results[-1][0] - 0.4
+    assert sum(r is None for _, r in arrivals) >= 5
+    assert backend.incremental
+
+
+def test_request_stop_waits_for_calls_in_flight_and_sends_no_more() -> None:
+    with server(latency_s=0.2) as srv:
+        backend = openai_backend(srv, concurrency=2, max_concurrency=2)
+        results = []
+        for result in backend.run([req(i) for i in range(10)]):
+            results.append(result)
+            if len(results) == 1:
+                backend.request_stop()
+        sent = len(srv.generation_calls())
+    # The call sent alongside the first and any sent in the instant before the
+    # stop came back answered; the rest were never sent and have no result.
+    assert 2 <= sent <= 4 and len(results) == sent
+    assert all(r.ok for r in results)
+
+
+def test_stop_while_a_batch_runs_keeps_its_id_and_the_rerun_polls_it(tmp_path: Path) -> None:
+    import threading
+
+    requests = [req(i) for i in range(3)]
+    # batch_max_wait_s: without a working stop the first run gives up after 5 s instead of hanging.
+    kw = dict(use_batch_api=True, state_dir=tmp_path, batch_poll_interval_s=0.05, batch_max_wait_s=5.0)
+    with server(batch_in_progress_polls=10_000) as srv:
+        backend = openai_backend(srv, **kw)
+
+        def stop_once_polling() -> None:
+            while not srv.calls("GET"):
+                time.sleep(0.01)
+            backend.request_stop()  # what the answering job's SIGTERM handler does
+
+        threading.Thread(target=stop_once_polling, daemon=True).start()
+        assert list(backend.run(requests)) == []  # nothing came back, nothing failed
+        assert list(tmp_path.glob("*.json")), "the batch id is kept for the rerun"
+        srv.batch_in_progress_polls = 0
+        again = list(openai_backend(srv, **kw).run(requests))
+        assert len(srv.calls("POST", "/v1/batches")) == 1, "the rerun polls the same batch, it does not pay again"
+    assert len(again) == 3 and all(r.ok for r in again)
+
+
+# ---------------------------------------------------------------------------
+# Replies with no answer: refusals and empty replies are answers (paid for)
+# ---------------------------------------------------------------------------
+
+
+def _no_answer_reply(prompt: str) -> Reply:
+    if "REFUSE" in prompt:
+        return refusal_reply()
+    if "FILTER" in prompt:
+        return content_filter_reply()
+    if "EMPTY" in prompt or ("FLAKY" in prompt and "exactly one JSON object" not in prompt):
+        return empty_reply()
+    return default_reply(prompt)
+
+
+def test_openai_refusal_content_filter_and_empty_reply_are_parsed_as_answers() -> None:
+    reqs = [req(0, text="REFUSE"), req(1, text="FILTER"), req(2, text="EMPTY"), req(3)]
+    with server(reply=_no_answer_reply) as srv:
+        got = {r.key: r for r in openai_backend(srv).run(reqs)}
+    refusal, filtered, empty, normal = (got[r.key] for r in reqs)
+    assert refusal.error is None and refusal.text == "" and refusal.finish_reason == "refusal"
+    assert "I'm sorry" in refusal.notes
+    assert filtered.error is None and filtered.text == "" and filtered.finish_reason == "content_filter"
+    assert empty.error is None and empty.text == "" and empty.finish_reason == "stop"
+    assert normal.ok and normal.text
+
+
+def test_anthropic_refusal_and_empty_reply_are_parsed_as_answers() -> None:
+    reqs = [req(0, provider="anthropic", text="REFUSE"), req(1, provider="anthropic", text="EMPTY")]
+    with server(reply=_no_answer_reply) as srv:
+        got = {r.key: r for r in anthropic_backend(srv).run(reqs)}
+    refusal, empty = (got[r.key] for r in reqs)
+    assert refusal.error is None and refusal.text == "" and refusal.finish_reason == "refusal"
+    assert empty.error is None and empty.text == "" and empty.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_shard_with_refusals_and_empty_replies_completes_and_reruns_free(tmp_path: Path, provider: str) -> None:
+    import pyarrow.parquet as pq
+
+    from context_effects.llm.ledger import Ledger
+    from context_effects.llm.shards import answer_shard, write_request_shard
+    from context_effects.llm.store import ResponseStore
+
+    texts = ["REFUSE a", "REFUSE b", "EMPTY c", "EMPTY d", "FLAKY e", "Rate f."]
+    expected = ["refusal", "refusal", "empty", "empty", None, None]
+    if provider == "openai":
+        texts.append("FILTER g")
+        expected.append("refusal")
+    reqs = [req(i, provider=provider, text=t) for i, t in enumerate(texts)]
+    shard = tmp_path / "requests.parquet"
+    write_request_shard(shard, reqs, reply_policy="conformity.rating", max_attempts=3)
+    make = openai_backend if provider == "openai" else anthropic_backend
+
+    def answer(srv: ProviderServer, name: str) -> Ledger:
+        with make(srv) as backend:
+            return answer_shard(
+                shard, tmp_path / f"{name}.parquet", tmp_path / f"{name}.json", backend,
+                ResponseStore(tmp_path / "store"), progress=False,
+            )
+
+    import signal
+
+    handlers = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)]
+    with server(reply=_no_answer_reply) as srv:
+        ledger = answer(srv, "first")
+        # The job's SIGTERM/SIGINT handling is in place only while it answers.
+        assert [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM)] == handlers
+        calls = len(srv.generation_calls())
+        rerun = answer(srv, "rerun")
+        assert len(srv.generation_calls()) == calls, "a rerun pays for no refusal or empty reply again"
+
+    misses = expected.count("refusal") + expected.count("empty")
+    assert calls == 3 * misses + 2 + 1  # three asks each; FLAKY twice; the plain one once
+    rows = pq.read_table(tmp_path / "first.parquet").to_pandas()
+    assert list(rows["invalid_reason"]) == expected
+    assert list(rows["ok"]) == [r is None for r in expected]
+    assert list(rows["attempt"]) == [2 if r else int("FLAKY" in t) for r, t in zip(expected, texts)]
+    # Every reply was paid for and is in the store, refusals and empty ones included.
+    store = ResponseStore(tmp_path / "store")
+    assert len(store) == calls
+    assert store.get(reqs[0].key).finish_reason == "refusal" and store.get(reqs[2].key).text == ""
+    assert ledger.failures == 0 and ledger.invalid_reasons == {
+        "refusal": expected.count("refusal"),
+        "empty": expected.count("empty"),
+    }
+    again = pq.read_table(tmp_path / "rerun.parquet").to_pandas()
+    assert list(again["invalid_reason"]) == list(rows["invalid_reason"]) and rerun.calls == 0

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -21,10 +23,10 @@ from context_effects.llm.backends.base import Backend  # noqa: E402
 from context_effects.llm.backends.replay import ReplayBackend, ReplayMiss  # noqa: E402
 from context_effects.conformity.replies import parse_rating, rating_policy  # noqa: E402
 from context_effects.conformity.replies import RATING_SCHEMA  # noqa: E402
-from context_effects.llm.ledger import Ledger  # noqa: E402
+from context_effects.llm.ledger import AttemptLog, Ledger  # noqa: E402
 from context_effects.llm.pricing import estimate_cost, price_table_from_models  # noqa: E402
 from context_effects.llm.replies import ReplyPolicy  # noqa: E402
-from context_effects.llm.runner import INVALID_PREFIX, invalid_reason, run_requests  # noqa: E402
+from context_effects.llm.runner import INVALID_PREFIX, StopRequested, invalid_reason, run_requests  # noqa: E402
 from context_effects.llm.store import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
 
@@ -473,3 +475,172 @@ def test_runner_rejects_bad_arguments(store: ResponseStore) -> None:
     with pytest.raises(ValueError):
         run_requests([], CountingBackend(), store, max_attempts=0, progress=False)
     assert run_requests([], CountingBackend(), store, progress=False) == []
+
+
+# --------------------------------------------------------------------------- answers persisted as they arrive
+
+
+class StreamingBackend(Backend):
+    """In-test backend that delivers answers one by one, as the hosted APIs do.
+
+    ``before_each(i)`` runs before the i-th result is handed out (inspect the store,
+    set a stop event); ``heartbeats`` Nones follow each result, ``pause_s`` apart.
+    """
+
+    name = "streaming"
+    incremental = True
+
+    def __init__(self, *, before_each=None, heartbeats: int = 0, pause_s: float = 0.0) -> None:
+        super().__init__()
+        self.before_each = before_each or (lambda i: None)
+        self.heartbeats = heartbeats
+        self.pause_s = pause_s
+        self.sent: list[str] = []
+        self.stopped = False
+
+    def request_stop(self) -> None:
+        self.stopped = True
+
+    def run(self, requests):
+        return (r for r in self.stream(requests) if r is not None)
+
+    def stream(self, requests, *, heartbeat_s=None):
+        import time as _time
+
+        for i, r in enumerate(requests):
+            if self.stopped:
+                return  # never sent: no result, as the hosted backends do after request_stop()
+            self.sent.append(r.key)
+            self.before_each(i)
+            yield LLMResult(key=r.key, text=f"answer {i}", finish_reason="stop", tokens_in=3, tokens_out=2)
+            for _ in range(self.heartbeats):
+                _time.sleep(self.pause_s)
+                yield None
+
+
+def test_streamed_answers_are_stored_in_groups_while_the_batch_runs(store: ResponseStore) -> None:
+    seen: list[int] = []
+    backend = StreamingBackend(before_each=lambda i: seen.append(len(ResponseStore(store.root))))
+    out = run_requests(
+        make_requests(10), backend, store, batch_size=64, progress=False, flush_every=4, flush_interval_s=60
+    )
+    assert all(r.ok for r in out)
+    # Every 4 answers a segment, the rest at the end of the batch.
+    assert seen == [0, 0, 0, 0, 4, 4, 4, 4, 8, 8]
+    assert len(list(store.seg_dir.glob("seg-*.parquet"))) == 3
+
+
+def test_a_lone_answer_is_stored_after_the_interval_without_another_arriving(store: ResponseStore) -> None:
+    seen: list[int] = []
+    # One answer, then 0.6 s of nothing but heartbeats: the time trigger must write it.
+    backend = StreamingBackend(
+        before_each=lambda i: seen.append(len(ResponseStore(store.root))), heartbeats=12, pause_s=0.05
+    )
+    run_requests(make_requests(2), backend, store, progress=False, flush_every=100, flush_interval_s=0.2)
+    assert seen == [0, 1]
+
+
+def test_a_backend_answering_a_batch_at_once_writes_one_segment_per_batch(store: ResponseStore) -> None:
+    # CountingBackend is not incremental (like vLLM): grouping would only split a batch into pieces.
+    run_requests(make_requests(12), CountingBackend(), store, batch_size=12, progress=False, flush_every=2)
+    assert len(list(store.seg_dir.glob("seg-*.parquet"))) == 1
+
+
+def test_stop_keeps_what_was_sent_and_sends_nothing_more(store: ResponseStore, tmp_path: Path) -> None:
+    stop = threading.Event()
+
+    def before_each(i: int) -> None:
+        if i == 5:  # what the answering job's signal handler does
+            stop.set()
+            backend.request_stop()
+
+    backend = StreamingBackend(before_each=before_each)
+    led = Ledger(tmp_path / "l.json")
+    with pytest.raises(StopRequested):
+        run_requests(make_requests(20), backend, store, ledger=led, progress=False, stop=stop)
+    assert len(backend.sent) == 6
+    assert len(ResponseStore(store.root)) == 6  # the answer already sent when stop came is kept
+    saved = Ledger.load(tmp_path / "l.json")
+    assert saved.calls == 6 and saved.failures == 0  # the 14 never sent are neither calls nor failures
+
+
+# --------------------------------------------------------------------------- refusals and empty replies
+
+
+class NoAnswerBackend(CountingBackend):
+    """Refuses items in ``refuse`` always; replies empty to ``empty`` always and to ``empty_once`` on the first ask."""
+
+    def __init__(self, refuse=(), empty=(), empty_once=(), **kw) -> None:
+        super().__init__(**kw)
+        self.refuse, self.empty, self.empty_once = set(refuse), set(empty), set(empty_once)
+
+    def run(self, requests):
+        for res in super().run(requests):
+            r = next(q for q in requests if q.key == res.key)
+            i = int(r.messages[-1][1].split()[2])
+            if i in self.refuse:
+                res.text, res.finish_reason = "", "refusal"
+            elif i in self.empty or (i in self.empty_once and r.attempt == 0):
+                res.text = "  "
+            yield res
+
+
+def test_refusals_and_empty_replies_are_stored_reasked_and_missing_with_their_reason(
+    store: ResponseStore, tmp_path: Path
+) -> None:
+    reqs = make_requests(5, prefix="judge")
+    backend = NoAnswerBackend(refuse={0}, empty={1}, empty_once={2}, reply=lambda r: '{"rating": 3}')
+    led = Ledger(tmp_path / "l.json")
+    out = run_requests(reqs, backend, store, ledger=led, progress=False, reply_policy=RATING, max_attempts=3)
+    assert [invalid_reason(r) for r in out] == ["refusal", "empty", None, None, None]
+    assert [r.attempt for r in out] == [2, 2, 1, 0, 0]
+    assert out[2].ok and out[3].ok
+    assert len(backend.calls) == 3 + 3 + 2 + 1 + 1
+    # Paid for, so stored - every attempt of them - and a rerun asks nothing.
+    assert len(ResponseStore(store.root)) == len(backend.calls)
+    assert ResponseStore(store.root).get(reqs[0].key).finish_reason == "refusal"
+    assert led.invalid_reasons == {"refusal": 1, "empty": 1} and led.failures == 0 and led.reasks == 5
+    again = run_requests(
+        reqs, CountingBackend(reply=lambda r: pytest.fail("no call on rerun")), ResponseStore(store.root),
+        progress=False, reply_policy=RATING, max_attempts=3,
+    )
+    assert [(r.key, r.error) for r in again] == [(r.key, r.error) for r in out]
+
+
+def test_without_a_policy_a_refusal_is_still_a_miss(store: ResponseStore) -> None:
+    out = run_requests(make_requests(2), NoAnswerBackend(refuse={0}), store, progress=False, max_attempts=1)
+    assert invalid_reason(out[0]) == "refusal" and out[1].ok
+
+
+def test_an_empty_text_with_first_token_probabilities_is_an_answer() -> None:
+    from context_effects.llm.replies import no_answer_reason
+
+    res = LLMResult(key="k", text="", finish_reason="stop", probe_probs={"Yes": 0.7, "No": 0.3})
+    assert no_answer_reason(res) is None
+    assert no_answer_reason(dataclasses.replace(res, probe_probs=None)) == "empty"
+    assert no_answer_reason(dataclasses.replace(res, finish_reason="content_filter")) == "refusal"
+
+
+# --------------------------------------------------------------------------- attempts log
+
+
+def test_attempts_log_survives_and_folds_into_the_ledger(tmp_path: Path) -> None:
+    log = AttemptLog(tmp_path / ".attempts" / "shard.jsonl")
+    first = Ledger(job="j", backend="openai", calls=7, tokens_in=70, cost_usd=0.5, runs=1)
+    log.append(first, attempt="a1", outcome="running")
+    first.calls = 9
+    log.append(first, attempt="a1", outcome="running")
+    with open(log.path, "a") as fh:
+        fh.write('{"attempt": "a2", "calls": 1')  # a line cut short by kill -9
+    previous = log.previous()
+    assert [p["attempt"] for p in previous] == ["a1"] and previous[0]["calls"] == 9
+
+    current = Ledger(job="j", backend="openai", calls=3, cache_hits=9, runs=1)
+    final = current.folded(previous, attempt="a3", outcome="completed")
+    assert (final.calls, final.cache_hits, final.tokens_in, final.runs) == (12, 9, 70, 2)
+    assert final.cost_usd == pytest.approx(0.5)
+    assert [(a["attempt"], a["calls"]) for a in final.attempts] == [("a1", 9), ("a3", 3)]
+    assert "no end recorded" in final.attempts[0]["outcome"]
+    assert final.attempts[1]["outcome"] == "completed"
+    log.clear()
+    assert not log.path.exists() and log.previous() == []

@@ -136,7 +136,7 @@ def test_refresh_sees_other_writers(tmp_path: Path) -> None:
     assert reader.get(rs[0].key).text == "reply 0"
 
 
-def test_damaged_and_temp_segments_are_ignored(tmp_path: Path) -> None:
+def test_damaged_segments_are_quarantined_and_temp_files_ignored(tmp_path: Path) -> None:
     s = ResponseStore(tmp_path / "s")
     rs = put(s, range(3))
     good = segs(s)[0]
@@ -147,20 +147,27 @@ def test_damaged_and_temp_segments_are_ignored(tmp_path: Path) -> None:
     (s.seg_dir / "seg-01-garbage.parquet").write_bytes(b"not parquet at all")
     (s.seg_dir / "seg-02-empty.parquet").write_bytes(b"")
     pq.write_table(pa.table({"x": [1]}), s.seg_dir / "seg-03-wrongschema.parquet")
+    bad = ["seg-00-truncated.parquet", "seg-01-garbage.parquet", "seg-02-empty.parquet", "seg-03-wrongschema.parquet"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reader = ResponseStore(tmp_path / "s")
         assert len(reader) == 3
         assert reader.get(rs[2].key).text == "reply 2"
-        reader.refresh()  # unchanged damaged files: no new warnings
-    assert len([w for w in caught if "unreadable segment" in str(w.message)]) == 4
-    assert reader.stats()["unreadable_segments"] == sorted(
-        ["seg-00-truncated.parquet", "seg-01-garbage.parquet", "seg-02-empty.parquet", "seg-03-wrongschema.parquet"]
-    )
-    # Writing and compacting still work around the debris.
+        reader.refresh()  # already moved aside: no new warnings
+    damaged = [str(w.message) for w in caught if "damaged segment" in str(w.message)]
+    assert len(damaged) == 4 and all(any(n in m for m in damaged) for n in bad)  # each named once
+    # Moved aside with a note each; the temp file is left alone.
+    assert sorted(p.name for p in segs(reader)) == [good.name]
+    assert sorted(p.name for p in reader.quarantine_dir.glob("seg-*.parquet")) == bad
+    assert all((reader.quarantine_dir / f"{n}.json").exists() for n in bad)
+    assert (s.seg_dir / ".tmp-seg-20260101T000000000000Z-h-1-x-000001.parquet").exists()
+    # Their rows are unknown, so the store reports them until someone deals with them.
+    assert [Path(d).name.split(":")[0] for d in reader.stats()["damaged_segments"]] == bad
+    # Writing still works around the debris; a fresh reader is reminded of what is missing.
     put(reader, [7])
-    with pytest.warns(UserWarning, match="unreadable segment"):
+    with pytest.warns(UserWarning, match="4 damaged segment.s. were moved aside") as rec:
         assert len(ResponseStore(tmp_path / "s")) == 4
+    assert all(n in str(rec[0].message) for n in bad)
 
 
 def test_duplicate_keys_resolve_to_first_segment_everywhere(tmp_path: Path) -> None:
@@ -240,10 +247,10 @@ def test_export_import_round_trip_and_key_verification(tmp_path: Path) -> None:
     keys = table.column("key").to_pylist()
     tampered = table.set_column(0, "key", pa.array([keys[1], keys[0]] + keys[2:]))
     bad = tmp_path / "tampered.parquet"
-    pq.write_table(tampered, bad)
-    with pytest.raises(ValueError, match="does not match"):
+    pq.write_table(tampered, bad)  # rewritten by another tool: no checksum, so only the keys can tell
+    with pytest.raises(ValueError, match="does not match"), pytest.warns(UserWarning, match="no checksum"):
         ResponseStore(tmp_path / "c").import_(bad)
-    with pytest.raises(ValueError, match="missing columns"):
+    with pytest.raises(ValueError, match="missing columns"), pytest.warns(UserWarning, match="no checksum"):
         pq.write_table(pa.table({"key": ["x"]}), tmp_path / "alien.parquet")
         ResponseStore(tmp_path / "d").import_(tmp_path / "alien.parquet")
 

@@ -100,3 +100,16 @@ def test_demo_data_rules_run(workdir):
         assert len(items) == 4
     manifest = (workdir / "results" / "run" / "manifest.json").read_text()
     assert "not findings" in manifest and '"kind": "demo"' in manifest
+
+
+def test_resource_names_are_checked_after_every_rule_file():
+    """The rule names are known only after every include, so the check is the Snakefile's last statement."""
+    snakefile = (REPO / "Snakefile").read_text()
+    statements = [line for line in snakefile.splitlines() if line and not line.startswith((" ", "#"))]
+    assert statements[-1] == "config_checks.check_resource_names(config, [r.name for r in workflow.rules])"
+    assert snakefile.rindex("include:") < snakefile.rindex("config_checks.check_resource_names")
+
+
+def test_configfiles_are_reread_strictly_before_validation():
+    common = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    assert common.index("config_checks.check_config_files(workflow.configfiles)") < common.index("validate_config(config")

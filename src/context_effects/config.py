@@ -1,7 +1,10 @@
 """Configuration: JSON-schema validation with defaults, and cross-field checks.
 
 The Snakefile calls :func:`validate_config` while it is parsed, so a bad key or
-value stops the run before any job is scheduled. Messages name the offending key
+value stops the run before any job is scheduled. Config files are read with a
+strict YAML loader (:func:`load_config`): a repeated key or a plain value that
+YAML 1.1 and 1.2 read differently (``no``, ``012``, ``1:20``, ``2026-01-01``) is an
+error naming file, line and column. Messages name the offending key
 by its dotted path and, for closed sets, the values that are allowed, because a
 researcher fixing a config at 2 a.m. should not have to read the schema.
 """
@@ -9,6 +12,10 @@ researcher fixing a config at 2 a.m. should not have to read the schema.
 from __future__ import annotations
 
 import copy
+import datetime
+import json
+import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,13 +31,203 @@ class ConfigError(ValueError):
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    # Strictly, like a config: a default written `no` or `012` would change type unseen.
     with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return load_yaml_strict(fh.read(), str(path))
+
+
+# ------------------------------------------------------------------ strict loading
+#
+# PyYAML, which Snakemake uses too, reads YAML 1.1: a repeated key silently keeps the
+# last value, and some plain (unquoted) scalars change type — `no` and `off` become
+# false, `012` the octal 10, `1:20` the base-60 80, `2026-01-01` a date. A YAML 1.2
+# reader (and a person) reads them otherwise. The strict loader refuses a repeated key
+# and every plain scalar whose YAML 1.1 value differs from its YAML 1.2 (core schema)
+# value, naming file, line and column; a value both read alike (true, 0.5, 42, ~, text)
+# loads as usual.
+
+_YAML12_NULL = re.compile(r"^(?:~|null|Null|NULL|)$")
+_YAML12_BOOL = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_YAML12_INT = re.compile(r"^[-+]?[0-9]+$")
+_YAML12_OCT = re.compile(r"^0o[0-7]+$")
+_YAML12_HEX = re.compile(r"^0x[0-9a-fA-F]+$")
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+_YAML12_INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
+_YAML12_NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+
+
+def _yaml12_value(text: str) -> Any:
+    """A plain scalar as the YAML 1.2 core schema reads it."""
+    if _YAML12_NULL.match(text):
+        return None
+    if text in _YAML12_BOOL:
+        return _YAML12_BOOL[text]
+    if _YAML12_INT.match(text):
+        return int(text)
+    if _YAML12_OCT.match(text):
+        return int(text[2:], 8)
+    if _YAML12_HEX.match(text):
+        return int(text[2:], 16)
+    if _YAML12_FLOAT.match(text):
+        return float(text)
+    if _YAML12_INF.match(text):
+        return float("-inf") if text.startswith("-") else float("inf")
+    if _YAML12_NAN.match(text):
+        return float("nan")
+    return text
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return a == b
+
+
+def _reading(text: str, value: Any, *, yaml11: bool) -> str:
+    """How one YAML version reads a plain scalar, in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int):
+        how = ""
+        if yaml11 and re.match(r"^[-+]?0[0-7_]+$", text):
+            how = " (octal)"
+        elif yaml11 and ":" in text:
+            how = " (base 60)"
+        elif yaml11 and text.lstrip("+-").startswith("0b"):
+            how = " (binary)"
+        return f"the integer {value}{how}"
+    if isinstance(value, float):
+        return f"the number {_number(value)}" + (" (base 60)" if yaml11 and ":" in text else "")
+    if isinstance(value, datetime.datetime):
+        return "a timestamp"
+    if isinstance(value, datetime.date):
+        return "a date"
+    return f"the text {value!r}"
+
+
+def _number(value: float) -> str:
+    """A float written so that YAML 1.1 and 1.2 both read it as that float."""
+    text = repr(value)
+    if "e" in text and "." not in text:
+        text = text.replace("e", ".0e", 1)
+    return re.sub(r"e(\d)", r"e+\1", text)
+
+
+def _fix(text: str, value11: Any, value12: Any) -> str:
+    quote = f'quote it ("{text}") if you mean text'
+    if isinstance(value12, (int, float)) and not isinstance(value12, bool):
+        plain = str(value12) if isinstance(value12, int) else _number(value12)
+        return f"write {plain} if you mean the number, or {quote}"
+    if isinstance(value11, bool):
+        return f"{quote}, or write {str(value11).lower()} if you mean the boolean"
+    if isinstance(value11, (int, float)):
+        plain = str(value11) if isinstance(value11, int) else _number(value11)
+        return f"{quote}, or write {plain} if you mean the number"
+    return quote
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that notes every plain scalar YAML 1.1 and 1.2 read differently,
+    and (``check_keys``) every key repeated within one mapping."""
+
+    def __init__(self, stream: str, source: str) -> None:
+        super().__init__(stream)
+        self.source = source
+        self.problems: list[tuple[int, int, str]] = []
+
+    def _where(self, node: yaml.Node) -> tuple[int, int, str]:
+        line, column = node.start_mark.line + 1, node.start_mark.column + 1
+        return line, column, f"{self.source}:{line}:{column}"
+
+    def compose_scalar_node(self, anchor):  # noqa: ANN001 - PyYAML's signature
+        event = self.peek_event()
+        node = super().compose_scalar_node(anchor)
+        # Plain, untagged scalars only: a quoted value or an explicit tag says what it is.
+        if event.style is None and event.tag is None and node.tag != _MERGE_TAG:
+            value11 = self.construct_object(node)
+            value12 = _yaml12_value(node.value)
+            if not _same(value11, value12):
+                line, column, where = self._where(node)
+                self.problems.append((line, column, (
+                    f"{where}: plain value `{node.value}` is {_reading(node.value, value11, yaml11=True)} in "
+                    f"YAML 1.1 (as PyYAML and Snakemake read it) but {_reading(node.value, value12, yaml11=False)} "
+                    f"in YAML 1.2; {_fix(node.value, value11, value12)}"
+                )))
+        return node
+
+    def check_keys(self, node: yaml.Node) -> None:
+        if isinstance(node, yaml.SequenceNode):
+            for item in node.value:
+                self.check_keys(item)
+        if not isinstance(node, yaml.MappingNode):
+            return
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            self.check_keys(value_node)
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue  # `<<: *base` and then overriding a merged key is intended
+            key = self.construct_object(key_node)
+            line, column, where = self._where(key_node)
+            if key in seen:
+                self.problems.append((line, column, (
+                    f"{where}: duplicate key `{key}` (first at line {seen[key]}) in the same mapping; YAML keeps "
+                    "only the last one and silently drops the other: merge the two or delete one"
+                )))
+            else:
+                seen[key] = line
+
+
+class _JsonDuplicate(Exception):
+    """A JSON object repeats a key (the YAML reader then says where)."""
+
+
+def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _JsonDuplicate(key)
+        out[key] = value
+    return out
+
+
+def load_yaml_strict(text: str, source: str = "<config>") -> Any:
+    """Parse a config text as Snakemake does (JSON first, else YAML), refusing repeated
+    keys and plain scalars YAML 1.1 and 1.2 read differently; the ConfigError lists
+    every such problem as ``source:line:column: ...`` with its fix."""
+    try:
+        return json.loads(text, object_pairs_hook=_json_pairs)
+    except _JsonDuplicate:
+        pass  # json gives no position for a repeated key: the YAML reader finds it with one
+    except ValueError:
+        pass  # not JSON: YAML, as Snakemake falls back to
+    loader = _StrictLoader(text, source)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            loader.check_keys(node)
+        if loader.problems:
+            found = [p for _, _, p in sorted(loader.problems)]
+            if len(found) == 1:
+                raise ConfigError(found[0])
+            raise ConfigError(f"{source}: {len(found)} problem(s):\n" + "\n".join(f"  - {p}" for p in found))
+        return None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
+    """Read one config file strictly (see ``load_yaml_strict``); it must be a mapping."""
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
+        data = load_yaml_strict(fh.read(), str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a YAML mapping, got {type(data).__name__}")
     return data
@@ -124,6 +321,13 @@ def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
             need_models(section, key)
 
     conf = cfg.get("conformity", {})
+    if conf.get("enabled", True):
+        for key, what in (("datasets", "dataset"), ("generators", "generator model"), ("judges", "judge model")):
+            if key in conf and not conf[key]:
+                problems.append(
+                    f"`conformity.{key}` is empty but Study C is enabled (`conformity.enabled` is true, the "
+                    f"default); list at least one {what} under `conformity.{key}` or set `conformity.enabled: false`"
+                )
     if conf and conf.get("primary_seed") not in conf.get("seeds", []):
         problems.append(
             f"`conformity.primary_seed` = {conf.get('primary_seed')} must be one of `conformity.seeds` {conf.get('seeds')}"
@@ -163,8 +367,18 @@ def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Validate ``config`` and return it with defaults filled; raise ConfigError otherwise."""
+def validate_config(
+    config: Mapping[str, Any], schema: Mapping[str, Any] | None = None, *, workdir: str | Path | None = None
+) -> dict[str, Any]:
+    """Validate ``config`` and return it with defaults filled; raise ConfigError otherwise.
+
+    Besides the schema and the references between sections, designs the data cannot
+    support are errors (``context_effects.config_checks.design_problems``). With
+    ``workdir`` (the workflow passes its working directory) the data files the config
+    names, such as AMEL item files, are read too.
+    """
+    from context_effects import config_checks  # it imports this module
+
     schema = load_schema() if schema is None else schema
     filled = fill_defaults(copy.deepcopy(dict(config)), schema)
     validator = jsonschema.Draft202012Validator(schema)
@@ -172,6 +386,10 @@ def validate_config(config: Mapping[str, Any], schema: Mapping[str, Any] | None 
     problems = [_describe(e, schema) for e in errors]
     if not problems:
         problems = _cross_checks(filled)
+    if not problems:
+        problems = config_checks.design_problems(filled, workdir)
+    if not problems:
+        config_checks.warn_history_shortfalls(filled, workdir)
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")

@@ -59,6 +59,18 @@ def raw_dataset_input(config: Config, dataset: str) -> str:
     return f"resources/datasets/{dataset}.parquet"
 
 
+# --- request and response shards ---------------------------------------------------
+
+
+def request_shard_of(response_shard: str) -> str:
+    """The request shard a response shard answers (the generic answering rules map
+    ``results/requests/<study>/...`` to ``results/responses/<study>/...``)."""
+    prefix = "results/responses/"
+    if not response_shard.startswith(prefix):
+        raise ValueError(f"{response_shard!r} is not a response shard (under {prefix})")
+    return "results/requests/" + response_shard[len(prefix):]
+
+
 # --- models ----------------------------------------------------------------------------
 
 

@@ -35,7 +35,27 @@ Cleaning (stated so the counts can be checked against the source files)
 - MMLU-Pro "N/A" options are padding in the HF parquet: they are dropped and the
   options relabelled A, B, ... by position, as the official eval scripts do.
 - Items left with no incorrect answer cannot carry an attractor and are dropped
-  with a logged warning (none in the shared copies).
+  with a logged warning (none in the shared copies). This is the only row that is
+  dropped, and only after cleaning: a field missing from the source is an error (below).
+
+Source checks (the whole source, before sampling)
+-------------------------------------------------
+``normalise`` reads every row, so a broken row fails the build whichever rows the
+sample would take. Each problem names the file, the line (JSON lines, CSV), record
+(a JSON list) or row (Parquet, hub; all counted from 1) and the field, and one
+``SourceDataError`` lists every problem of the source:
+
+- a required field missing or empty: TruthfulQA question, best answer, correct and
+  incorrect answers; MMLU-Pro ``question_id`` (an integer), question, options (each
+  non-empty), ``answer_index``; ARC ``id``, question (stem), every choice's text and
+  label, ``answerKey``;
+- a duplicate id (MMLU-Pro ``question_id``, ARC ``id``): a sample could take one copy,
+  and the item could carry the other row's gold answer;
+- TruthfulQA has no ids (item ids are row positions, ``truthfulqa-NNNN``), so a row
+  whose whitespace-stripped question repeats an earlier row's is an error too, never
+  silently deduplicated: which copy's answers are right is for a person to decide
+  (the shared copies have no repeated question);
+- a byte that is not UTF-8: file, line and column, and the field for JSON lines and CSV.
 
 Missing values in the nullable string columns (``gold_label``, ``category``,
 ``attractor_label``) are ``None``, never NaN, so ``if row.gold_label:`` is safe.
@@ -43,7 +63,9 @@ Missing values in the nullable string columns (``gold_label``, ``category``,
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import logging
 from collections.abc import Iterable, Mapping
@@ -131,7 +153,20 @@ class ItemTableError(ValueError):
     """An item table breaks the schema or an item invariant."""
 
 
+class SourceDataError(ValueError):
+    """A source file (or hub split) breaks a rule every item needs.
+
+    The message names the file, the line (JSON lines, CSV), record (JSON list) or row
+    (Parquet, hub), the field, and the fix; a whole source is checked at once and
+    every problem is listed.
+    """
+
+
 # --------------------------------------------------------------------------- load
+#
+# Every reader returns the rows and, in ``raw.attrs``, where each row came from:
+# ``origin`` (the file) and ``locations`` (``"line 12"``, ``"record 3"``, ``"row 7"``;
+# all counted from 1), so that an error about any row can name its place.
 
 
 def _check_dataset(dataset: str) -> None:
@@ -139,35 +174,140 @@ def _check_dataset(dataset: str) -> None:
         raise ValueError(f"unknown dataset {dataset!r}; expected one of {DATASETS}")
 
 
-def _read_json_records(path: Path) -> list[dict]:
+def _decode(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        # utf-8-sig: the upstream TruthfulQA.csv starts with a BOM.
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SourceDataError(_utf8_error(path, data, exc)) from None
+
+
+def _utf8_error(path: Path, data: bytes, exc: UnicodeDecodeError) -> str:
+    start = exc.start
+    line = data.count(b"\n", 0, start) + 1
+    column = start - (data.rfind(b"\n", 0, start) + 1) + 1
+    field = _field_holding_bad_byte(path, data.decode("utf-8-sig", errors="replace"), line)
+    where = f" (field `{field}`)" if field else ""
+    return (
+        f"{path}:{line}:{column}: byte 0x{data[start]:02x} is not valid UTF-8{where}; source files "
+        "must be UTF-8: save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT` for a "
+        "Latin-1 file) or fix the character"
+    )
+
+
+def _field_holding_bad_byte(path: Path, text: str, line: int) -> str | None:
+    """The field whose value holds the replacement character at ``line`` (None if unknown)."""
+    try:
+        if path.suffix.lower() == ".csv":
+            header, rows = _csv_rows(path, text)
+            for first, last, cells in rows:
+                if first <= line <= last:
+                    return next((h for h, c in zip(header, cells) if "\ufffd" in c), None)
+            return None
+        if path.suffix.lower() == ".jsonl":
+            return _path_to(json.loads(text.split("\n")[line - 1]), "\ufffd")
+    except (SourceDataError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _path_to(value: Any, needle: str, prefix: str = "") -> str | None:
+    """Dotted path (``question.choices[2].text``) of the first string holding ``needle``."""
+    if isinstance(value, str):
+        return prefix if needle in value else None
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for key, sub in items:
+        name = f"{prefix}[{key}]" if isinstance(key, int) else f"{prefix}.{key}" if prefix else str(key)
+        found = _path_to(sub, needle, name)
+        if found:
+            return found
+    return None
+
+
+def _read_json_records(path: Path) -> tuple[list[dict], list[str]]:
     # The json module, not pandas.read_json: pandas coerces id-like and date-like
     # strings, which would corrupt ids such as ARC's.
-    text = path.read_text(encoding="utf-8-sig")
+    text = _decode(path)
     stripped = text.lstrip()
+    records, where = [], []
     if path.suffix == ".json" and stripped.startswith("["):
-        return json.loads(stripped)
-    records = []
-    # split("\n"), not splitlines(): the latter also breaks at U+2028 etc. inside strings.
-    for lineno, line in enumerate(text.split("\n"), 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not JSON lines ({exc})") from exc
-    return records
+        try:
+            data = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            line = text[: len(text) - len(stripped)].count("\n") + exc.lineno
+            raise SourceDataError(f"{path}:{line}:{exc.colno}: not valid JSON ({exc.msg}); fix the file") from None
+        for n, rec in enumerate(data, 1):
+            records.append(rec)
+            where.append(f"record {n}")
+    else:
+        # split("\n"), not splitlines(): the latter also breaks at U+2028 etc. inside strings.
+        for lineno, line in enumerate(text.split("\n"), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise SourceDataError(
+                        f"{path}:{lineno}:{exc.colno}: not JSON lines ({exc.msg}); each line must hold one "
+                        "JSON object: fix or delete the line"
+                    ) from None
+                where.append(f"line {lineno}")
+    for rec, loc in zip(records, where):
+        if not isinstance(rec, dict):
+            raise SourceDataError(
+                f"{_place(str(path), loc)}: expected a JSON object (one item), got {type(rec).__name__}; "
+                "fix or delete it"
+            )
+    return records, where
+
+
+def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, int, list[str]]]]:
+    """Header and data rows of a CSV text, each row with its first and last line.
+
+    The csv module, not pandas: it says where a row starts and ends, and a quoted
+    field may span lines.
+    """
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    rows: list[tuple[int, int, list[str]]] = []
+    end = 0
+    for cells in reader:
+        first, end = end + 1, reader.line_num
+        if not cells or (len(cells) == 1 and not cells[0].strip()):
+            continue  # blank lines, as pandas skips them; a row of empty fields is checked as a row
+        if header is None:
+            header = [c.strip() for c in cells]
+            dup = sorted({h for h in header if header.count(h) > 1})
+            if dup:
+                raise SourceDataError(f"{path}:{first}: column(s) {dup} appear twice in the header; rename one")
+            continue
+        if len(cells) != len(header):
+            raise SourceDataError(
+                f"{path}:{first}: {len(cells)} fields where the header has {len(header)}; "
+                "quote a field that holds a comma (\"a, b\") or fix the row"
+            )
+        rows.append((first, end, cells))
+    return header or [], rows
 
 
 def _read_local(path: Path) -> pd.DataFrame:
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
-        return pd.DataFrame.from_records(_read_json_records(path))
-    if suffix == ".csv":
-        # utf-8-sig: the upstream TruthfulQA.csv starts with a BOM. No NA parsing:
-        # answers such as "None" or "N/A" are text, not missing values.
-        return pd.read_csv(path, encoding="utf-8-sig", dtype=str, keep_default_na=False)
-    if suffix == ".parquet":
-        return pd.read_parquet(path)
-    raise ValueError(f"{path}: unsupported extension {suffix!r}; use .jsonl, .json, .csv or .parquet")
+        records, where = _read_json_records(path)
+        raw = pd.DataFrame.from_records(records)
+    elif suffix == ".csv":
+        # Every cell stays text: answers such as "None" or "N/A" are not missing values.
+        header, rows = _csv_rows(path, _decode(path))
+        raw = pd.DataFrame([cells for _, _, cells in rows], columns=header, dtype=object)
+        where = [f"line {first}" for first, _, _ in rows]
+    elif suffix == ".parquet":
+        raw = pd.read_parquet(path)
+        where = [f"row {i}" for i in range(1, len(raw) + 1)]
+    else:
+        raise ValueError(f"{path}: unsupported extension {suffix!r}; use .jsonl, .json, .csv or .parquet")
+    # Replace (not update) attrs: pandas restores attrs stored in a Parquet file.
+    raw.attrs = {"origin": str(path), "locations": where}
+    return raw
 
 
 def _load_hub(source: Mapping[str, Any]) -> pd.DataFrame:
@@ -181,7 +321,11 @@ def _load_hub(source: Mapping[str, Any]) -> pd.DataFrame:
     ds = hf_datasets.load_dataset(
         source["id"], source.get("config"), split=source["split"], revision=source.get("revision")
     )
-    return ds.to_pandas()
+    raw = ds.to_pandas()
+    # Rows only (no per-row list): fetch_dataset writes this frame, attrs included, to Parquet.
+    raw.attrs = {"origin": f"hub {source['id']} ({source.get('config')}, {source['split']}, "
+                           f"revision {source.get('revision')})"}
+    return raw
 
 
 def detect_layout(dataset: str, raw: pd.DataFrame) -> str:
@@ -192,7 +336,8 @@ def detect_layout(dataset: str, raw: pd.DataFrame) -> str:
         if not set(required) <= cols:
             continue
         if name == "arc_raw_nested":
-            first = raw["question"].iloc[0] if len(raw) else None
+            # The first row that has a question decides; a row without one is reported later.
+            first = next((q for q in raw["question"] if not _absent(q)), None)
             if not isinstance(first, Mapping):
                 continue
         return name
@@ -238,11 +383,45 @@ def describe_source(source: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- normalise
+#
+# Each source is checked whole, before any sampling (``normalise`` sees every row):
+# a row with a missing or empty required field, a duplicate id, or (TruthfulQA,
+# whose ids are positional) a repeated question is an error naming file, line or
+# row and field. Sampling only one copy of a duplicate would otherwise pass, and an
+# item could carry another item's gold answer. Every problem of the source is
+# listed in one error.
+
+
+def _place(origin: str, loc: str) -> str:
+    """``file:12`` for a line, ``file, row 7`` / ``file, record 3`` otherwise."""
+    return f"{origin}:{loc.removeprefix('line ')}" if loc.startswith("line ") else f"{origin}, {loc}"
+
+
+def _locator(dataset: str, raw: pd.DataFrame) -> tuple[str, list[str]]:
+    origin = str(raw.attrs.get("origin") or f"{dataset} source")
+    where = raw.attrs.get("locations")
+    if not isinstance(where, list) or len(where) != len(raw):
+        # A frame built in memory, or rows filtered after loading: name rows by position.
+        where = [f"row {i}" for i in range(1, len(raw) + 1)]
+    return origin, where
+
+
+class _RowProblem(Exception):
+    """One row's problem; collected by ``normalise`` into a SourceDataError."""
+
+
+def _absent(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value)) if not isinstance(value, (list, tuple, np.ndarray, Mapping)) else False
+    except (TypeError, ValueError):
+        return False
 
 
 def _as_list(value: Any) -> list:
     # Parquet and Dataset.to_pandas give numpy arrays for list columns.
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if _absent(value):
         return []
     if isinstance(value, (list, tuple, np.ndarray)):
         return list(value)
@@ -250,7 +429,7 @@ def _as_list(value: Any) -> list:
 
 
 def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if _absent(value):
         return ""
     return str(value).strip()
 
@@ -273,49 +452,107 @@ def _split_answers(field: Any) -> list[str]:
     return _as_list(field)
 
 
-def _truthfulqa_records(raw: pd.DataFrame, layout: str) -> list[dict]:
-    cols = (("Question", "Best Answer", "Correct Answers", "Incorrect Answers", "Category")
-            if layout == "truthfulqa_csv"
-            else ("question", "best_answer", "correct_answers", "incorrect_answers", "category"))
-    q_col, best_col, corr_col, inc_col, cat_col = cols
-    records, removed_overlap = [], 0
-    for i, row in enumerate(raw.to_dict("records")):
-        item_id = f"truthfulqa-{i:04d}"
-        best = _text(row[best_col])
-        if not best:
-            raise ValueError(f"{item_id} (source row {i}): empty best answer; fix the source file")
-        correct = _unique_texts(_split_answers(row[corr_col]))
-        if best not in correct:
-            correct.insert(0, best)
-        raw_incorrect = _unique_texts(_split_answers(row[inc_col]))
-        # A text listed as both correct and incorrect ("Unknown" in two rows) must
-        # never become the wrong attractor, so the correct side wins.
-        correct_set = set(correct)
-        incorrect = [t for t in raw_incorrect if t not in correct_set]
-        removed_overlap += len(raw_incorrect) - len(incorrect)
-        category = _text(row.get(cat_col)) or None
-        records.append(dict(
-            item_id=item_id, dataset="truthfulqa", source_index=i, question=_text(row[q_col]),
-            gold_answer=best, correct_answers=correct, incorrect_answers=incorrect,
-            option_labels=[], options=[], gold_label=None, category=category,
-        ))
-    if removed_overlap:
-        log.info("truthfulqa: removed %d incorrect answers that are also listed as correct",
-                 removed_overlap)
-    return records
+def _empty(loc: str, field: str, dataset: str) -> _RowProblem:
+    return _RowProblem(f"{loc}: field `{field}` is missing or empty; every {dataset} item needs it: "
+                       "fill it in or delete the row")
 
 
-def _mc_record(dataset: str, item_id: str, i: int, question: Any, labels: list[str],
-               options: list[str], gold_label: str, category: str | None) -> dict:
-    if len(labels) != len(options):
-        raise ValueError(f"{item_id} (source row {i}): {len(labels)} labels for {len(options)} options")
-    if gold_label not in labels:
-        raise ValueError(f"{item_id} (source row {i}): answer key {gold_label!r} not among labels {labels}")
-    gold = options[labels.index(gold_label)]
-    if not gold:
-        raise ValueError(f"{item_id} (source row {i}): the keyed option {gold_label!r} is empty")
+def _need_text(row: Mapping[str, Any], field: str, loc: str, dataset: str) -> str:
+    text = _text(row.get(field))
+    if not text:
+        raise _empty(loc, field, dataset)
+    return text
+
+
+def _need_list(value: Any, field: str, loc: str, dataset: str) -> list:
+    try:
+        values = _as_list(value)
+    except TypeError:
+        raise _RowProblem(f"{loc}: field `{field}` must be a list, got {type(value).__name__} {value!r}; "
+                          "fix the row") from None
+    if not values:
+        raise _empty(loc, field, dataset)
+    return values
+
+
+def _need_int(row: Mapping[str, Any], field: str, loc: str, dataset: str) -> int:
+    value = row.get(field)
+    if _absent(value) or (isinstance(value, str) and not value.strip()):
+        raise _empty(loc, field, dataset)
+    if isinstance(value, (bool, np.bool_)):
+        ok = False
+    elif isinstance(value, (int, np.integer)):
+        return int(value)
+    elif isinstance(value, (float, np.floating)):
+        ok = float(value).is_integer()  # a JSON column with a gap is read as floats
+    else:
+        ok = isinstance(value, str) and value.strip().lstrip("-").isdigit()
+    if not ok:
+        raise _RowProblem(f"{loc}: field `{field}` = {value!r} must be an integer; fix the row")
+    return int(float(value)) if not isinstance(value, str) else int(value)
+
+
+def _need_answers(row: Mapping[str, Any], field: str, loc: str, dataset: str) -> list[str]:
+    value = row.get(field)
+    if _absent(value):
+        raise _empty(loc, field, dataset)
+    try:
+        answers = _unique_texts(_split_answers(value))
+    except TypeError:
+        raise _RowProblem(f"{loc}: field `{field}` must be a list of answers or a ';'-separated string, "
+                          f"got {type(value).__name__}; fix the row") from None
+    if not answers:
+        raise _empty(loc, field, dataset)
+    return answers
+
+
+_TQA_FIELDS = {
+    "truthfulqa_csv": ("Question", "Best Answer", "Correct Answers", "Incorrect Answers", "Category"),
+    "truthfulqa_hf_generation": ("question", "best_answer", "correct_answers", "incorrect_answers", "category"),
+}
+
+
+def _truthfulqa_record(row: Mapping[str, Any], i: int, loc: str, layout: str) -> dict:
+    q_col, best_col, corr_col, inc_col, cat_col = _TQA_FIELDS[layout]
+    question = _need_text(row, q_col, loc, "truthfulqa")
+    best = _need_text(row, best_col, loc, "truthfulqa")
+    correct = _need_answers(row, corr_col, loc, "truthfulqa")
+    if best not in correct:
+        correct.insert(0, best)
+    raw_incorrect = _need_answers(row, inc_col, loc, "truthfulqa")
+    # A text listed as both correct and incorrect ("Unknown" in two rows) must
+    # never become the wrong attractor, so the correct side wins.
+    correct_set = set(correct)
+    incorrect = [t for t in raw_incorrect if t not in correct_set]
     return dict(
-        item_id=item_id, dataset=dataset, source_index=i, question=_text(question),
+        item_id=f"truthfulqa-{i:04d}", dataset="truthfulqa", source_index=i, question=question,
+        gold_answer=best, correct_answers=correct, incorrect_answers=incorrect,
+        option_labels=[], options=[], gold_label=None, category=_text(row.get(cat_col)) or None,
+        _overlap=len(raw_incorrect) - len(incorrect), _key=question, _key_field=q_col,
+    )
+
+
+def _mc_record(dataset: str, item_id: str, i: int, loc: str, question: str, labels: list[str],
+               options: list[str], gold_label: str, category: str | None,
+               fields: Mapping[str, str]) -> dict:
+    """``fields`` names the source fields, for messages: the label and option lists
+    (``labels``, ``options``), one label or option (``label``, ``option``: templates
+    with ``{j}``) and the answer key (``key``)."""
+    if len(labels) != len(options):
+        raise _RowProblem(f"{loc}: {len(labels)} labels (`{fields['labels']}`) for {len(options)} options "
+                          f"(`{fields['options']}`); give every option exactly one label")
+    for name, values in (("label", labels), ("option", options)):
+        blank = [j for j, v in enumerate(values) if not v]
+        if blank:
+            raise _empty(loc, fields[name].format(j=blank[0]), dataset)
+    if len(set(labels)) != len(labels):
+        raise _RowProblem(f"{loc}: field `{fields['labels']}` repeats a label ({labels}); labels must be unique")
+    if gold_label not in labels:
+        raise _RowProblem(f"{loc}: field `{fields['key']}` = {gold_label!r} is not among the labels {labels}; "
+                          "fix the answer key")
+    gold = options[labels.index(gold_label)]
+    return dict(
+        item_id=item_id, dataset=dataset, source_index=i, question=question,
         gold_answer=gold, correct_answers=[gold],
         incorrect_answers=_unique_texts(
             (o for lab, o in zip(labels, options) if lab != gold_label), exclude=[gold]),
@@ -323,54 +560,114 @@ def _mc_record(dataset: str, item_id: str, i: int, question: Any, labels: list[s
     )
 
 
-def _mmlu_pro_records(raw: pd.DataFrame) -> list[dict]:
-    records, padded, relettered = [], 0, 0
-    for i, row in enumerate(raw.to_dict("records")):
-        item_id = f"mmlu_pro-{int(row['question_id'])}"
-        raw_options = [_text(o) for o in _as_list(row["options"])]
-        gold_index = int(row["answer_index"])
-        if not 0 <= gold_index < len(raw_options):
-            raise ValueError(f"{item_id}: answer_index {gold_index} outside {len(raw_options)} options")
-        letter = _text(row.get("answer")) or None
-        if letter is not None and letter != _MMLU_LETTERS[gold_index]:
-            raise ValueError(f"{item_id}: answer {letter!r} disagrees with answer_index {gold_index}; "
-                             "fix the source before sampling")
-        if raw_options[gold_index] == _MMLU_PADDING:
-            raise ValueError(f"{item_id}: the keyed option is the 'N/A' padding; fix the source")
-        keep = [j for j, o in enumerate(raw_options) if o != _MMLU_PADDING]
-        padded += len(keep) < len(raw_options)
-        options = [raw_options[j] for j in keep]
-        new_gold = keep.index(gold_index)
-        relettered += new_gold != gold_index
-        labels = list(_MMLU_LETTERS[: len(options)])
-        category = _text(row.get("category")) or None
-        records.append(_mc_record("mmlu_pro", item_id, i, row["question"], labels, options,
-                                  labels[new_gold], category))
-    if padded:
-        log.info("mmlu_pro: dropped 'N/A' padding options in %d items", padded)
-    if relettered:
-        log.warning("mmlu_pro: %d keyed options changed letter after dropping mid-list 'N/A' "
-                    "options", relettered)
+def _mmlu_pro_record(row: Mapping[str, Any], i: int, loc: str, layout: str) -> dict:
+    qid = _need_int(row, "question_id", loc, "mmlu_pro")
+    question = _need_text(row, "question", loc, "mmlu_pro")
+    raw_options = [_text(o) for o in _need_list(row.get("options"), "options", loc, "mmlu_pro")]
+    blank = [j for j, o in enumerate(raw_options) if not o]
+    if blank:
+        raise _empty(loc, f"options[{blank[0]}]", "mmlu_pro")
+    gold_index = _need_int(row, "answer_index", loc, "mmlu_pro")
+    if not 0 <= gold_index < len(raw_options):
+        raise _RowProblem(f"{loc}: field `answer_index` = {gold_index} is outside the {len(raw_options)} "
+                          f"options (0-{len(raw_options) - 1}); fix the answer key")
+    letter = _text(row.get("answer")) or None
+    if letter is not None and (gold_index >= len(_MMLU_LETTERS) or letter != _MMLU_LETTERS[gold_index]):
+        raise _RowProblem(f"{loc}: field `answer` = {letter!r} disagrees with `answer_index` = {gold_index}; "
+                          "fix the source before sampling")
+    if raw_options[gold_index] == _MMLU_PADDING:
+        raise _RowProblem(f"{loc}: field `options[{gold_index}]`, the keyed option, is the 'N/A' padding; "
+                          "fix the answer key")
+    keep = [j for j, o in enumerate(raw_options) if o != _MMLU_PADDING]
+    options = [raw_options[j] for j in keep]
+    new_gold = keep.index(gold_index)
+    labels = list(_MMLU_LETTERS[: len(options)])
+    rec = _mc_record("mmlu_pro", f"mmlu_pro-{qid}", i, loc, question, labels, options, labels[new_gold],
+                     _text(row.get("category")) or None,
+                     {"labels": "options", "options": "options", "label": "options[{j}]",
+                      "option": "options[{j}]", "key": "answer_index"})
+    return {**rec, "_padded": len(keep) < len(raw_options), "_relettered": new_gold != gold_index,
+            "_key": str(qid), "_key_field": "question_id"}
+
+
+def _arc_record(row: Mapping[str, Any], i: int, loc: str, layout: str) -> dict:
+    item_id = f"arc_challenge-{_need_text(row, 'id', loc, 'arc_challenge')}"
+    if layout == "arc_raw_nested":
+        q = row.get("question")
+        if not isinstance(q, Mapping):
+            raise _RowProblem(f"{loc}: field `question` must be an object {{stem, choices}} in this layout, "
+                              f"got {type(q).__name__}; fix the row")
+        question = _text(q.get("stem"))
+        if not question:
+            raise _empty(loc, "question.stem", "arc_challenge")
+        choices = _need_list(q.get("choices"), "question.choices", loc, "arc_challenge")
+        if not all(isinstance(c, Mapping) for c in choices):
+            raise _RowProblem(f"{loc}: field `question.choices` must hold {{text, label}} objects; fix the row")
+        labels = [_text(c.get("label")) for c in choices]
+        options = [_text(c.get("text")) for c in choices]
+        fields = {"labels": "question.choices[].label", "options": "question.choices[].text",
+                  "label": "question.choices[{j}].label", "option": "question.choices[{j}].text",
+                  "key": "answerKey"}
+    else:
+        question = _need_text(row, "question", loc, "arc_challenge")
+        choices = row.get("choices")
+        if _absent(choices) or not isinstance(choices, Mapping):
+            raise _empty(loc, "choices", "arc_challenge")
+        labels = [_text(x) for x in _need_list(choices.get("label"), "choices.label", loc, "arc_challenge")]
+        options = [_text(x) for x in _need_list(choices.get("text"), "choices.text", loc, "arc_challenge")]
+        fields = {"labels": "choices.label", "options": "choices.text", "label": "choices.label[{j}]",
+                  "option": "choices.text[{j}]", "key": "answerKey"}
+    key = _need_text(row, "answerKey", loc, "arc_challenge")
+    rec = _mc_record("arc_challenge", item_id, i, loc, question, labels, options, key, None, fields)
+    return {**rec, "_key": item_id.removeprefix("arc_challenge-"), "_key_field": "id"}
+
+
+_RECORD = {"truthfulqa": _truthfulqa_record, "mmlu_pro": _mmlu_pro_record, "arc_challenge": _arc_record}
+
+
+def _source_records(dataset: str, raw: pd.DataFrame, layout: str) -> list[dict]:
+    """Every row as an item record; SourceDataError listing every problem of the source."""
+    origin, where = _locator(dataset, raw)
+    build = _RECORD[dataset]
+    records: list[dict] = []
+    problems: list[str] = []
+    first: dict[str, str] = {}
+    for i, (row, loc) in enumerate(zip(raw.to_dict("records"), where)):
+        try:
+            rec = build(row, i, _place(origin, loc), layout)
+        except _RowProblem as exc:
+            problems.append(str(exc))
+            continue
+        key = rec.pop("_key")
+        field = rec.pop("_key_field")
+        if key in first:
+            why = ("TruthfulQA ids are positional (truthfulqa-NNNN), so a repeated row would become a second "
+                   "item" if dataset == "truthfulqa" else "an id must name one item, or an item could carry "
+                   "another's gold answer")
+            shown = key if len(key) <= 80 else key[:77] + "..."
+            problems.append(f"{_place(origin, loc)}: duplicate `{field}` (first at {first[key]}): {shown!r}; "
+                            f"{why}: delete one of the two rows")
+            continue
+        first[key] = loc
+        records.append(rec)
+    if problems:
+        shown = problems[:25] + ([f"... and {len(problems) - 25} more"] if len(problems) > 25 else [])
+        raise SourceDataError(
+            f"{dataset}: {origin}: {len(problems)} problem(s), found checking all {len(raw)} rows before "
+            "sampling:\n- " + "\n- ".join(shown)
+        )
     return records
 
 
-def _arc_records(raw: pd.DataFrame, layout: str) -> list[dict]:
-    records = []
-    for i, row in enumerate(raw.to_dict("records")):
-        item_id = f"arc_challenge-{_text(row['id'])}"
-        if layout == "arc_raw_nested":
-            q = row["question"]
-            question = q["stem"]
-            choices = _as_list(q["choices"])
-            labels = [_text(c["label"]) for c in choices]
-            options = [_text(c["text"]) for c in choices]
-        else:
-            question, choices = row["question"], row["choices"]
-            labels = [_text(x) for x in _as_list(choices["label"])]
-            options = [_text(x) for x in _as_list(choices["text"])]
-        records.append(_mc_record("arc_challenge", item_id, i, question, labels, options,
-                                  _text(row["answerKey"]), None))
-    return records
+def _log_cleaning(dataset: str, records: list[dict]) -> None:
+    counts = {k: sum(int(r.pop(k, 0)) for r in records) for k in ("_overlap", "_padded", "_relettered")}
+    if counts["_overlap"]:
+        log.info("%s: removed %d incorrect answers that are also listed as correct", dataset, counts["_overlap"])
+    if counts["_padded"]:
+        log.info("%s: dropped 'N/A' padding options in %d items", dataset, counts["_padded"])
+    if counts["_relettered"]:
+        log.warning("%s: %d keyed options changed letter after dropping mid-list 'N/A' options", dataset,
+                    counts["_relettered"])
 
 
 def _table_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -421,17 +718,17 @@ def normalise(dataset: str, raw: pd.DataFrame,
               attractor_seed: int | str | None = None) -> pd.DataFrame:
     """Raw rows -> the normalised item table (``ITEM_SCHEMA`` columns, source order).
 
+    Every row is checked first (see "Source checks" in the module docstring): a
+    SourceDataError lists every problem of the source with its file, line or row
+    and field.
+
     Without ``attractor_seed`` the attractor columns are filled with placeholders
     ("" / None) for ``assign_attractors`` to replace; the result is then not yet
     valid for ``validate_items``.
     """
     layout = detect_layout(dataset, raw)
-    if dataset == "truthfulqa":
-        records = _truthfulqa_records(raw, layout)
-    elif dataset == "mmlu_pro":
-        records = _mmlu_pro_records(raw)
-    else:
-        records = _arc_records(raw, layout)
+    records = _source_records(dataset, raw, layout)
+    _log_cleaning(dataset, records)
     kept = [r for r in records if r["incorrect_answers"]]
     if len(kept) < len(records):
         dropped = [r["item_id"] for r in records if not r["incorrect_answers"]]
@@ -616,13 +913,16 @@ def _ids(ids: list[str], limit: int = 5) -> str:
 def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | None,
                      sample_seed: int, attractor_seed: int | str,
                      balance_by: str | None = None) -> pd.DataFrame:
-    """load -> normalise -> attractors -> sample -> validate.
+    """load -> normalise (checks every source row) -> attractors -> validate -> sample -> validate.
 
     Attractors are assigned on the full table before sampling; the rule makes that
     equivalent to assigning after, but it keeps the order of steps obviously safe.
+    The whole table is validated before sampling, so a broken item fails the build
+    whether or not the sample would take it.
     """
     raw = load_raw(dataset, source)
     items = normalise(dataset, raw, attractor_seed=attractor_seed)
+    validate_items(items, attractor_seed=attractor_seed)
     sample = sample_items(items, n_items, sample_seed, balance_by=balance_by)
     validate_items(sample, attractor_seed=attractor_seed)
     sample.attrs.update(

@@ -1,8 +1,9 @@
 """The run report: one Markdown file a reader opens first after a run.
 
 It puts what can invalidate a number before the numbers: the run's caveat (demo,
-synthetic), judge parse-failure rates, and every fit whose sampler diagnostics
-failed; then every table the run produced (caption from its LaTeX twin, values
+synthetic), judge parse-failure rates, Study C answers flagged as addressing the
+judge (possible prompt injection, per condition), and every fit whose sampler
+diagnostics failed; then every table the run produced (caption from its LaTeX twin, values
 from its CSV) and the list of figures. It only reads files the DAG produced.
 """
 
@@ -73,8 +74,36 @@ def failed_diagnostics(tables: dict[Path, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def injection_section(injection_paths: Sequence[str | Path]) -> list[str]:
+    """Study C answers flagged as addressing the judge, counted per corpus x condition.
+
+    The flags come from ``results/conformity/injection/<dataset>.parquet``
+    (``context_effects.conformity.injection``); a flagged answer is rated like any
+    other, and ``table2_injection_excluded`` shows Table 2 without them.
+    """
+    lines = ["## Answers addressed to the judge (possible prompt injection)", ""]
+    if not injection_paths:
+        return lines + ["No Study C answers were checked (Study C did not run).", ""]
+    from context_effects.conformity.injection import condition_counts
+
+    flags = pd.concat([pd.read_parquet(p) for p in injection_paths], ignore_index=True)
+    n, k = len(flags), int(flags["flagged"].sum())
+    lines += [f"{k} of {n} answers ({100 * k / max(1, n):.2f}%) contain an instruction addressed to the judge "
+              "(rule set: docs/deviations.yaml#answer-injection-flags). They are rated as written; "
+              "`table2_injection_excluded` recomputes Table 2 without them.", ""]
+    per_dataset = flags.groupby("dataset", sort=False)["flagged"].agg(["sum", "size"])
+    lines += ["By dataset: " + "; ".join(f"{d} {int(r['sum'])} of {int(r['size'])}" for d, r in per_dataset.iterrows())
+              + ".", ""]
+    counts = condition_counts(flags.assign(dataset="all"))
+    lines += [_markdown(counts.drop(columns="dataset")), ""]
+    if k:
+        rules = flags.loc[flags["flagged"], "pattern"].str.split(", ").explode().value_counts()
+        lines += ["Matched rules: " + ", ".join(f"{r} ({int(c)})" for r, c in rules.items()) + ".", ""]
+    return lines
+
+
 def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], figure_paths: Sequence[str | Path],
-                 base: str | Path = ".") -> str:
+                 base: str | Path = ".", injection_paths: Sequence[str | Path] = ()) -> str:
     manifest = json.loads(Path(manifest_path).read_text())
     run = manifest.get("config", {}).get("run", {})
     base = Path(base)
@@ -95,6 +124,8 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
             lines += [f"Overall: {int(df['missing'].sum())} of {int(df['requests'].sum())} requests "
                       f"({100 * total:.2f}%) stayed without a valid rating after every re-ask.", ""]
         lines += [_markdown(df), ""]
+
+    lines += injection_section(injection_paths)
 
     bad = failed_diagnostics(tables)
     lines += ["## Fits failing sampler diagnostics", ""]

@@ -51,6 +51,8 @@ rule amel_scores:
     """P(Yes) of every model x item x cell, and the bias score of every treatment cell."""
     input:
         responses=amel_dag.response_shards(config),
+        # Each response shard is checked against the request shard it answers.
+        requests=amel_dag.request_shards(config),
     output:
         probabilities="results/amel/probabilities.parquet",
         bias_scores="results/amel/bias_scores.parquet",

@@ -49,7 +49,9 @@ rule anchoring_score:
     """Score one model run and write its result file (settings, raw judgments, scorer output, limitations)."""
     input:
         tasks="results/anchoring/tasks.parquet",
-        responses="results/responses/anchoring/judge/{judge}/tasks.parquet",
+        responses=lambda wildcards: anchoring_dag.response_shard(wildcards.judge),
+        # The responses are checked against the run's request shard.
+        requests=lambda wildcards: anchoring_dag.request_shard(wildcards.judge),
     output:
         "results/anchoring/runs/{judge}.json",
     log:

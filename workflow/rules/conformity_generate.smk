@@ -93,6 +93,13 @@ rule conformity_answers:
         anchors=lambda wildcards: conformity_dag.anchor_response_shards(
             config, wildcards.dataset
         ),
+        # Each response shard is checked against the request shard it answers.
+        requests=lambda wildcards: conformity_dag.request_shards(
+            config, wildcards.dataset
+        ),
+        anchor_requests=lambda wildcards: conformity_dag.anchor_request_shards(
+            config, wildcards.dataset
+        ),
     output:
         "results/conformity/answers/{dataset}.parquet",
     log:

@@ -33,12 +33,37 @@ rule conformity_judge_requests:
         "../scripts/conformity_judge_requests.py"
 
 
+rule conformity_injection_flags:
+    """Answers that address the judge (possible prompt injection): flagged, never altered."""
+    input:
+        answers="results/conformity/answers/{dataset}.parquet",
+    output:
+        "results/conformity/injection/{dataset}.parquet",
+    log:
+        "logs/conformity/injection/{dataset}.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(
+            config, "conformity_injection_flags", runtime=10, mem_mb=2000
+        ),
+    params:
+        rules=conformity_dag.injection_rules_id(),
+    script:
+        "../scripts/conformity_injection_flags.py"
+
+
 rule conformity_ratings:
     """The ratings table of a dataset: every judge request, misses recorded with their reason."""
     input:
         responses=lambda wildcards: conformity_dag.judge_response_shards(
             config, wildcards.dataset
         ),
+        # Each response shard is checked against the request shard it answers.
+        requests=lambda wildcards: conformity_dag.judge_request_shards(
+            config, wildcards.dataset
+        ),
+        injection="results/conformity/injection/{dataset}.parquet",
     output:
         "results/conformity/ratings/{dataset}.parquet",
     log:

@@ -52,6 +52,8 @@ rule answer_requests_vllm:
     params:
         model=lambda wildcards: config["models"][wildcards.model],
         replay=config["run"]["replay"],
+        # What a killed or failed attempt paid for; not an output, so Snakemake keeps it.
+        attempts_log="results/ledgers/.attempts/{study}/{stage}/{model}/{shard}.jsonl",
     script:
         "../scripts/answer_requests.py"
 
@@ -81,6 +83,8 @@ rule answer_requests_remote:
     params:
         model=lambda wildcards: config["models"][wildcards.model],
         replay=config["run"]["replay"],
+        # What a killed or failed attempt paid for; not an output, so Snakemake keeps it.
+        attempts_log="results/ledgers/.attempts/{study}/{stage}/{model}/{shard}.jsonl",
     script:
         "../scripts/answer_requests.py"
 

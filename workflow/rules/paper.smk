@@ -19,11 +19,12 @@ rule run_manifest:
 
 
 rule run_report:
-    """The run report: caveats, parse failures, failed diagnostics, then every table and figure."""
+    """The run report: caveats, parse failures, injection flags, failed diagnostics, then every table and figure."""
     input:
         manifest="results/run/manifest.json",
         tables=dag.report_tables(config),
         figures=dag.report_figures(config),
+        injection=conformity_dag.injection_tables(config),
     output:
         "results/report/report.md",
     log:

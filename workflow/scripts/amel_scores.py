@@ -4,7 +4,7 @@ from context_effects.amel.scores import bias_scores, probabilities
 from context_effects.jobs import setup_job_logging
 
 log = setup_job_logging(snakemake.log[0])
-probs = probabilities(list(snakemake.input.responses))
+probs = probabilities(list(snakemake.input.responses), list(snakemake.input.requests))
 bs = bias_scores(
     probs, snakemake.params.models, entropy_threshold_bits=snakemake.params.settings["entropy_threshold_bits"]
 )

@@ -13,6 +13,7 @@ record = result_record(
     settings=snakemake.params.settings,
     run_cfg=snakemake.params.run,
     notes=run_notes(snakemake.params.run["kind"]),
+    requests_path=snakemake.input.requests,
 )
 write_result(record, snakemake.output[0])
 pull = record["scorer"]["summary"]["pull"]

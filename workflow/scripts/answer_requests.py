@@ -3,6 +3,12 @@
 Everything runs under the __main__ guard: vLLM starts its engine in a spawned
 process that re-runs this file by path, where Snakemake's `snakemake` object does
 not exist; the guard keeps that re-run inert.
+
+SIGTERM (Slurm at a time limit) or SIGINT: answer_shard sends nothing more, lets
+the calls in flight come back, stores every answer and raises JobInterrupted; the
+job then exits with 128 + the signal's number. What the attempt paid for stays in
+params.attempts_log (not an output, so Snakemake does not delete it) and is
+folded into the ledger of the run that finishes the shard.
 """
 
 
@@ -12,8 +18,10 @@ def main(snakemake):
     bound_threads(snakemake.threads)  # before torch/vLLM are imported
     log = setup_job_logging(snakemake.log[0])
 
+    import sys
+
     from context_effects.llm.factory import make_backend
-    from context_effects.llm.shards import answer_shard
+    from context_effects.llm.shards import JobInterrupted, answer_shard
     from context_effects.llm.store import ResponseStore
 
     model = snakemake.wildcards.model
@@ -25,15 +33,27 @@ def main(snakemake):
         state_dir=f"results/state/{model}",
         replay=snakemake.params.replay,
     )
-    with backend:
-        ledger = answer_shard(
-            snakemake.input.requests,
-            snakemake.output.responses,
-            snakemake.output.ledger,
-            backend,
-            store,
-        )
-    log.info("%s: %d calls, %d cache hits, %d failures", model, ledger.calls, ledger.cache_hits, ledger.failures)
+    try:
+        with backend:
+            ledger = answer_shard(
+                snakemake.input.requests,
+                snakemake.output.responses,
+                snakemake.output.ledger,
+                backend,
+                store,
+                attempts_log=snakemake.params.attempts_log,
+            )
+    except JobInterrupted as exc:
+        log.error("%s: interrupted (%s); the answers received are stored, a rerun asks only the rest", model, exc)
+        sys.exit(128 + exc.signum)
+    log.info(
+        "%s: %d calls (over %d attempts), %d cache hits, %d failures",
+        model,
+        ledger.calls,
+        ledger.runs,
+        ledger.cache_hits,
+        ledger.failures,
+    )
 
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821 - injected by Snakemake

@@ -9,6 +9,8 @@ answers = collect_answers(
     list(snakemake.input.responses),
     list(snakemake.input.anchors),
     settings=snakemake.params.generation,
+    request_paths=list(snakemake.input.requests),
+    anchor_request_paths=list(snakemake.input.anchor_requests),
 )
 missing = int(answers["text"].isna().sum())
 answers.to_parquet(snakemake.output[0], index=False)

@@ -6,6 +6,11 @@ from context_effects.jobs import setup_job_logging
 from context_effects.report import build_report
 
 log = setup_job_logging(snakemake.log[0])
-text = build_report(snakemake.input.manifest, list(snakemake.input.tables), list(snakemake.input.figures))
+text = build_report(
+    snakemake.input.manifest,
+    list(snakemake.input.tables),
+    list(snakemake.input.figures),
+    injection_paths=list(snakemake.input.injection),
+)
 Path(snakemake.output[0]).write_text(text)
 log.info("report: %d tables, %d figures", len(snakemake.input.tables), len(snakemake.input.figures))

@@ -98,6 +98,16 @@ def response_shards(config: Config) -> list[str]:
     return [response_shard(m, d) for m in models(config) for d in domains(config)]
 
 
+def request_shard(model: str, domain: str) -> str:
+    return f"results/requests/amel/judge/{model}/{domain}.parquet"
+
+
+def request_shards(config: Config) -> list[str]:
+    """The request shard of every ``response_shards`` entry, in the same order (the
+    scores rule checks each response shard against its requests)."""
+    return [request_shard(m, d) for m in models(config) for d in domains(config)]
+
+
 def enabled(config: Config) -> bool:
     return bool(config["amel"]["enabled"] and models(config))
 

@@ -105,11 +105,25 @@ def parse_verdict(text: str | None) -> str | None:
     return {"yes": "Yes", "no": "No"}.get(word)
 
 
-def probabilities(response_paths: Sequence[str | Path]) -> pd.DataFrame:
-    """One row per model x item x cell with P(Yes) and how it was measured."""
+def probabilities(
+    response_paths: Sequence[str | Path], request_paths: Sequence[str | Path] | None = None
+) -> pd.DataFrame:
+    """One row per model x item x cell with P(Yes) and how it was measured.
+
+    ``request_paths`` (parallel to ``response_paths``) are the request shards the
+    files answer: each response shard must cover its requests one to one
+    (``llm.shards.check_response_coverage``), else a lost sample would silently
+    shrink ``n_requests`` and shift P(Yes). The rule always passes them.
+    """
+    if request_paths is not None and len(request_paths) != len(response_paths):
+        raise ValueError(f"{len(response_paths)} response shards but {len(request_paths)} request shards")
     groups: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for path in response_paths:
-        requests, table = read_response_shard(path, ["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"])
+    for i, path in enumerate(response_paths):
+        requests, table = read_response_shard(
+            path,
+            ["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"],
+            requests_path=None if request_paths is None else request_paths[i],
+        )
         rows = table[["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"]].itertuples(index=False)
         for req, (text, ok, probes, top, tokens_in) in zip(requests, rows):
             meta = req.meta

@@ -65,6 +65,16 @@ def task_inputs(config: Config) -> dict[str, list[str]]:
     }
 
 
+def request_shard(judge: str) -> str:
+    """One judge's model run as a request shard (written by ``anchoring_requests``)."""
+    return f"results/requests/anchoring/judge/{judge}/tasks.parquet"
+
+
+def response_shard(judge: str) -> str:
+    """The answered run (by the generic rules of llm.smk); the scorer checks it against ``request_shard``."""
+    return f"results/responses/anchoring/judge/{judge}/tasks.parquet"
+
+
 def result_path(judge: str) -> str:
     return f"results/anchoring/runs/{judge}.json"
 

@@ -81,10 +81,14 @@ def result_record(
     settings: Mapping[str, Any],
     run_cfg: Mapping[str, Any],
     notes: Sequence[str] = (),
+    requests_path: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Score one model run and assemble its result file (a JSON-able dict)."""
+    """Score one model run and assemble its result file (a JSON-able dict).
+
+    ``requests_path`` is the run's request shard: the responses must answer it one
+    to one (the rule always passes it)."""
     tasks = read_tasks(tasks_path)
-    requests, rows = read_responses(responses_path)
+    requests, rows = read_responses(responses_path, requests_path)
     check_run(requests, tasks, int(settings["repetitions"]))
     judgments = judgments_frame(requests, rows)
     per_task = task_metrics(judgments, tasks, int(settings["verdict_threshold"]))

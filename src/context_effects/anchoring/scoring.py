@@ -73,14 +73,23 @@ JUDGMENT_COLUMNS = (
 )
 
 
-def read_responses(path: str | Path) -> tuple[list[LLMRequest], pd.DataFrame]:
-    """The requests of an answered Study H shard and its response rows."""
-    requests, table = read_response_shard(path)
-    needed = {"request_json", "text", "ok", "error", "invalid_reason", "attempt", "timestamp"}
-    missing = needed - set(table.columns)
-    if missing:
-        raise ValueError(f"{path}: not a response shard (missing column(s) {sorted(missing)})")
-    return requests, table
+#: The response columns the scorer reads (``judgments_frame``).
+RESPONSE_COLUMNS = (
+    "text", "ok", "error", "invalid_reason", "attempt", "timestamp", "finish_reason", "engine_version", "backend",
+    "key",
+)
+
+
+def read_responses(
+    path: str | Path, requests_path: str | Path | None = None
+) -> tuple[list[LLMRequest], pd.DataFrame]:
+    """The requests of an answered Study H shard and its response rows.
+
+    A column the scorer reads that the file lacks fails naming the file; with
+    ``requests_path`` (the run's request shard) the responses must cover its
+    requests one to one (``llm.shards.check_response_coverage``).
+    """
+    return read_response_shard(path, RESPONSE_COLUMNS, requests_path=requests_path)
 
 
 def judgments_frame(requests: Sequence[LLMRequest], rows: pd.DataFrame) -> pd.DataFrame:

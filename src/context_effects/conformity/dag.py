@@ -14,7 +14,7 @@ from typing import Any
 
 from context_effects.conformity.judging import items_per_judge_shard, n_judge_shards
 from context_effects.conformity.stages import n_shards, shard_label
-from context_effects.dag import items_path, rule_resources
+from context_effects.dag import items_path, request_shard_of, rule_resources
 from context_effects.measurement.pipeline import family_of, find_spec, fit_plan
 
 Config = Mapping[str, Any]
@@ -64,6 +64,12 @@ def response_shards(config: Config, dataset: str) -> list[str]:
     ]
 
 
+def request_shards(config: Config, dataset: str) -> list[str]:
+    """The request shard of every ``response_shards`` entry, in the same order (the
+    answers rule checks each response shard against its requests)."""
+    return [request_shard_of(p) for p in response_shards(config, dataset)]
+
+
 def synthetic_anchors(config: Config) -> bool:
     """A synthetic run's anchors come from the synthetic generator (tagged ±θ_a, see
     ``conformity.requests.anchor_requests``); a real run judges the fixed gold and
@@ -85,6 +91,11 @@ def anchor_response_shards(config: Config, dataset: str) -> list[str]:
         f"results/responses/conformity/anchors/{gen}/{dataset}-{shard}.parquet"
         for shard in shards(config, dataset)
     ]
+
+
+def anchor_request_shards(config: Config, dataset: str) -> list[str]:
+    """The request shard of every ``anchor_response_shards`` entry, in the same order."""
+    return [request_shard_of(p) for p in anchor_response_shards(config, dataset)]
 
 
 # --- judging ---------------------------------------------------------------------------
@@ -126,6 +137,31 @@ def judge_response_shards(config: Config, dataset: str) -> list[str]:
         for judge in judges(config, dataset)
         for shard in judge_shards(config, dataset, judge)
     ]
+
+
+def judge_request_shards(config: Config, dataset: str) -> list[str]:
+    """The request shard of every ``judge_response_shards`` entry, in the same order."""
+    return [request_shard_of(p) for p in judge_response_shards(config, dataset)]
+
+
+def injection_table(dataset: str) -> str:
+    """Per-answer injection flags of a dataset (``conformity.injection``)."""
+    return f"results/conformity/injection/{dataset}.parquet"
+
+
+def injection_rules_id() -> str:
+    """The injection rule set's fingerprint (``conformity.injection.rules_id``), a param of
+    the flag rule: a changed rule reruns the flags, the ratings and their tables."""
+    from context_effects.conformity.injection import rules_id
+
+    return rules_id()
+
+
+def injection_tables(config: Config) -> list[str]:
+    """Every dataset's injection flags; none when Study C is off (the run report's input)."""
+    if not config["conformity"]["enabled"]:
+        return []
+    return [injection_table(d) for d in datasets(config)]
 
 
 def answers_tables(config: Config) -> list[str]:

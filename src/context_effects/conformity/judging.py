@@ -50,6 +50,7 @@ RATING_COLUMNS: dict[str, str] = {
     "status": "ok | missing",
     "error": "why the rating is missing (parse-failure reason or call error)",
     "attempts": "calls made for this rating (1 + re-asks)",
+    "injection_flag": "the rated answer addresses the judge (conformity.injection rules); NA if not checked",
 }
 
 
@@ -120,18 +121,36 @@ def _trial_id(meta: Mapping[str, Any]) -> str | None:
     return "|".join(str(meta[k]) for k in ("dataset", "corpus", "seed", "generator", "item_id"))
 
 
-def ratings_frame(response_paths: Sequence[str | Path], hosted_judges: Sequence[str] = ()) -> pd.DataFrame:
+def ratings_frame(
+    response_paths: Sequence[str | Path],
+    hosted_judges: Sequence[str] = (),
+    request_paths: Sequence[str | Path] | None = None,
+    injection_flags: Mapping[str, bool] | None = None,
+) -> pd.DataFrame:
     """The ratings table (``RATING_COLUMNS``): one row per judge request, misses included.
 
     A rating comes only from a reply that passed validation; a reply that stayed
     unparseable after every re-ask, or a call that failed, is a row with
     ``rating = NaN`` and its reason, so parse-failure rates can be reported and
     the measurement model simply drops the row.
+
+    ``request_paths`` (parallel to ``response_paths``) are the judge request shards
+    the files answer; each response shard must cover its requests one to one
+    (``llm.shards.check_response_coverage``), so a lost judge request fails the job
+    instead of vanishing from the table. ``injection_flags`` (answer_id -> flagged,
+    ``conformity.injection``) fills ``injection_flag``; without it the column is
+    missing (NA), and an answer id the mapping lacks is an error.
     """
     hosted_judges = set(hosted_judges)
+    if request_paths is not None and len(request_paths) != len(response_paths):
+        raise ValueError(f"{len(response_paths)} judge response shards but {len(request_paths)} request shards")
     rows = []
-    for path in response_paths:
-        requests, table = read_response_shard(path, ["text", "ok", "error", "invalid_reason", "attempt"])
+    for i, path in enumerate(response_paths):
+        requests, table = read_response_shard(
+            path,
+            ["text", "ok", "error", "invalid_reason", "attempt"],
+            requests_path=None if request_paths is None else request_paths[i],
+        )
         for req, text, ok, error, invalid, attempt in zip(
             requests, table["text"], table["ok"], table["error"], table["invalid_reason"], table["attempt"]
         ):
@@ -162,11 +181,21 @@ def ratings_frame(response_paths: Sequence[str | Path], hosted_judges: Sequence[
     out = pd.DataFrame(rows, columns=list(RATING_COLUMNS))
     out["seed"] = out["seed"].astype("Int64")
     out["d"] = out["d"].astype(int)
+    out["injection_flag"] = _injection_column(out["answer_id"], injection_flags)
     key = ["answer_id", "judge", "pass", "reference"]
     dup = out.duplicated(key)
     if dup.any():
         raise ValueError(f"duplicate ratings for {out.loc[dup, key].head().to_dict('records')}")
     return out
+
+
+def _injection_column(answer_ids: pd.Series, flags: Mapping[str, bool] | None) -> pd.Series:
+    if flags is None:
+        return pd.Series(pd.NA, index=answer_ids.index, dtype="boolean")
+    unknown = sorted(set(answer_ids) - set(flags))
+    if unknown:
+        raise ValueError(f"rated answers without an injection check (answers and flags out of step): {unknown[:5]}")
+    return answer_ids.map(flags).astype(bool)
 
 
 def check_d(ratings: pd.DataFrame) -> None:

@@ -76,6 +76,15 @@ def build_table2(inputs, s) -> Built:
     return Built(table, [_panel_note(s), *_notes(s)])
 
 
+def build_table2_injection_excluded(inputs, s) -> Built:
+    from context_effects.conformity.injection import table2_injection_excluded
+
+    table = table2_injection_excluded(_per_dataset(inputs["ratings"], s), s["primary_seed"])
+    return Built(table, [_panel_note(s) + " Ratings of answers flagged as addressing the judge (possible prompt "
+                         "injection; docs/deviations.yaml#answer-injection-flags) are left out; excluded_answers and "
+                         "excluded_ratings count them among Table 2's ratings.", *_notes(s)])
+
+
 def build_table5(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
@@ -265,6 +274,12 @@ REGISTRY = Registry("conformity", [
               "Mean blind ratings by peer condition; the last column is AllCorrect minus AllWrong.",
               "tab:mean-blind-ratings", inputs=_ratings, settings=_panel_settings, build=build_table2,
               formats={"n_ratings": "d"}),
+    TableSpec("table2_injection_excluded", "descriptive",
+              "Sensitivity of Table 2: mean blind ratings by peer condition without the answers flagged as "
+              "addressing the judge, with the number of answers and ratings excluded per dataset.",
+              "tab:mean-blind-ratings-injection-excluded", inputs=_ratings, settings=_panel_settings,
+              build=build_table2_injection_excluded,
+              formats={"n_ratings": "d", "excluded_answers": "d", "excluded_ratings": "d"}),
     TableSpec("table5", "descriptive",
               "Anchor-recognition audit under reference-free and reference-augmented scoring.", "tab:anchor-audit",
               inputs=_ratings, settings=_dataset_settings, build=build_table5),

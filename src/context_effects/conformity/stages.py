@@ -82,9 +82,15 @@ def write_round1_shard(
     return len(requests)
 
 
-def read_responses(responses_path: str | Path) -> tuple[list, list[str | None]]:
-    """The requests of a response shard and their texts (None where the call never succeeded)."""
-    requests, table = read_response_shard(responses_path, ["text", "ok"])
+def read_responses(
+    responses_path: str | Path, requests_path: str | Path | None = None
+) -> tuple[list, list[str | None]]:
+    """The requests of a response shard and their texts (None where the call never succeeded).
+
+    With ``requests_path`` the responses must answer that request shard one to one
+    (``llm.shards.check_response_coverage``).
+    """
+    requests, table = read_response_shard(responses_path, ["text", "ok"], requests_path=requests_path)
     return requests, _texts(table)
 
 
@@ -92,9 +98,9 @@ def _texts(table: pd.DataFrame) -> list[str | None]:
     return [t if ok else None for t, ok in zip(table["text"], table["ok"])]
 
 
-def realised_answers(responses_path: str | Path) -> dict[str, str | None]:
+def realised_answers(responses_path: str | Path, requests_path: str | Path | None = None) -> dict[str, str | None]:
     """item_id -> the realised answer text of a Round-1 response shard (None if it failed)."""
-    requests, texts = read_responses(responses_path)
+    requests, texts = read_responses(responses_path, requests_path)
     return {req.meta["item_id"]: text for req, text in zip(requests, texts)}
 
 
@@ -150,18 +156,33 @@ def write_anchor_shard(
     return len(requests)
 
 
+def _paired(
+    response_paths: Sequence[str | Path], request_paths: Sequence[str | Path] | None
+) -> list[tuple[str | Path, str | Path | None]]:
+    if request_paths is None:
+        return [(p, None) for p in response_paths]
+    if len(request_paths) != len(response_paths):
+        raise ValueError(f"{len(response_paths)} response shards but {len(request_paths)} request shards")
+    return list(zip(response_paths, request_paths))
+
+
 #: Generation bookkeeping added to every generated answer (seed 002 App. A.6: how
 #: the accepted answer was obtained). Fixed anchor texts have none.
 GENERATION_COLUMNS = ("attempt", "temperature", "sampling_seed", "finish_reason", "messages_json")
 
 
-def generation_frame(responses_path: str | Path, settings: Mapping[str, Any]) -> pd.DataFrame:
+def generation_frame(
+    responses_path: str | Path, settings: Mapping[str, Any], requests_path: str | Path | None = None
+) -> pd.DataFrame:
     """Answers of one response shard with the attempt and sampling settings that produced each.
 
     The final settings are recomputed by replaying the shard's own re-ask rule
-    ``attempt`` times, so they cannot drift from what the runner sent.
+    ``attempt`` times, so they cannot drift from what the runner sent. With
+    ``requests_path`` the responses must answer that request shard one to one.
     """
-    requests, extra = read_response_shard(responses_path, ["text", "ok", "attempt", "finish_reason"])
+    requests, extra = read_response_shard(
+        responses_path, ["text", "ok", "attempt", "finish_reason"], requests_path=requests_path
+    )
     frame = answers_frame(requests, _texts(extra))
     reask = generation_policy(**_retry_settings(settings)).reask
     temps, seeds = [], []
@@ -184,14 +205,21 @@ def collect_answers(
     response_paths: Sequence[str | Path],
     anchor_paths: Sequence[str | Path],
     settings: Mapping[str, Any],
+    request_paths: Sequence[str | Path] | None = None,
+    anchor_request_paths: Sequence[str | Path] | None = None,
 ) -> pd.DataFrame:
     """One row per answer of a dataset: every generated answer plus the two anchors per item.
 
     Anchors are the fixed gold and attractor texts, or, in a synthetic run, the
     synthetic generator's tagged anchors from ``anchor_paths``. ``settings`` (the
     generation config) adds ``GENERATION_COLUMNS`` to generated rows.
+    ``request_paths`` / ``anchor_request_paths``, parallel to ``response_paths`` /
+    ``anchor_paths``, are the request shards those files answer: each response
+    shard must cover its requests one to one, so a lost answer fails the job
+    instead of vanishing from the table (the rule always passes them).
     """
-    frames = [generation_frame(path, settings) for path in [*response_paths, *anchor_paths]]
+    pairs = _paired(response_paths, request_paths) + _paired(anchor_paths, anchor_request_paths)
+    frames = [generation_frame(path, settings, requests_path=req) for path, req in pairs]
     if not anchor_paths:
         frames.append(anchor_texts(read_items(items_path)))
     frames = [f for f in frames if len(f)]

@@ -3,7 +3,8 @@
 :func:`iterate_async` runs an async producer on its own event loop in a worker
 thread and exposes its results as a plain iterator. That is how the synchronous
 ``Backend.run`` contract is met while results still stream out as they arrive
-(the runner writes each one immediately; resume depends on it).
+(the runner stores them in small groups as they come, so a killed job keeps what
+it was answered; see ``context_effects.llm.runner``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ class _Raised:
 _DONE = object()
 
 
-def iterate_async(produce: Callable[[Callable[[T], None]], Awaitable[None]]) -> Iterator[T]:
+def iterate_async(
+    produce: Callable[[Callable[[T], None]], Awaitable[None]], *, heartbeat_s: float | None = None
+) -> Iterator[T | None]:
     """Run ``produce(emit)`` on a fresh event loop in a worker thread; yield what it emits.
 
     A dedicated thread keeps this usable from callers that already run an event
     loop (notebooks, async runners), and lets results stream out while later
     requests are still in flight. Closing the iterator early cancels the work.
+    With ``heartbeat_s``, ``None`` is yielded whenever nothing was emitted for that
+    long, so the consumer regains control while calls are in flight (the runner
+    writes the answers it holds on time, not only when the next one arrives).
     """
     out: queue.Queue[Any] = queue.Queue()
     started = threading.Event()
@@ -57,7 +63,11 @@ def iterate_async(produce: Callable[[Callable[[T], None]], Awaitable[None]]) -> 
     thread.start()
     try:
         while True:
-            item = out.get()
+            try:
+                item = out.get(timeout=heartbeat_s)
+            except queue.Empty:
+                yield None
+                continue
             if item is _DONE:
                 break
             if isinstance(item, _Raised):

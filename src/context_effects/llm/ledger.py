@@ -1,10 +1,15 @@
 """Per-job accounting: what a job asked for, what it paid for, what failed.
 
-The runner saves the ledger after every completed batch (atomically), so a job
-killed mid-shard still leaves an accurate record of the calls it paid for, and
-``Ledger.merge`` over all job ledgers gives the run's totals for the report.
-Only counts and short reason labels are recorded, never request or reply text,
-so nothing secret or bulky can end up here.
+The runner checkpoints the ledger whenever it writes answers to the store
+(atomically), and ``Ledger.merge`` over all job ledgers gives the run's totals for
+the report. Only counts and short reason labels are recorded, never request or
+reply text, so nothing secret or bulky can end up here.
+
+A job's ledger is a declared output of its rule, which Snakemake deletes when the
+job fails, so what a killed attempt paid for is kept in an :class:`AttemptLog`
+instead, outside the declared outputs; the attempt that finishes folds the earlier
+ones into its ledger (:meth:`Ledger.folded`), which then counts every call paid
+across attempts and lists each attempt in ``attempts``.
 """
 
 from __future__ import annotations
@@ -12,8 +17,9 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,26 @@ _COUNTERS = (
     "batches",
     "runs",
 )
+#: What each entry of ``Ledger.attempts`` says an attempt paid and got.
+_ATTEMPT_COUNTERS = (
+    "calls",
+    "cache_hits",
+    "failures",
+    "invalid",
+    "reasks",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "cost_unknown_calls",
+    "wall_s",
+)
+#: The outcome an attempt records at its checkpoints while it runs; an attempt
+#: whose last record still says so was killed (SIGKILL, node failure, out of memory).
+RUNNING = "running"
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -62,6 +88,9 @@ class Ledger:
     runs: int = 0
     failure_reasons: dict[str, int] = field(default_factory=dict)
     invalid_reasons: dict[str, int] = field(default_factory=dict)
+    #: One entry per answering attempt of this job, oldest first (see ``folded``):
+    #: ``attempt``, ``started``, ``ended``, ``outcome`` and what it paid.
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
     # ------------------------------------------------------------------ io
 
@@ -114,6 +143,33 @@ class Ledger:
         bucket = self.failure_reasons if kind == "failure" else self.invalid_reasons
         bucket[reason] = bucket.get(reason, 0) + 1
 
+    def folded(
+        self, previous: Sequence[Mapping[str, Any]], *, attempt: str, outcome: str, started: str = ""
+    ) -> "Ledger":
+        """This attempt's ledger with the earlier attempts of the same job added in.
+
+        ``previous`` are the last records of the earlier attempts
+        (:meth:`AttemptLog.previous`). Every counter is summed, so ``calls`` and
+        ``cost_usd`` are what the job paid across attempts; ``attempts`` lists each
+        one, a killed attempt as far as its last checkpoint knew.
+        """
+        earlier = [Ledger.from_dict(rec) for rec in previous]
+        total = Ledger.merge([*earlier, self])
+        total.path, total.job = self.path, self.job
+        entries = []
+        for rec in previous:
+            ended = rec.get("outcome") or RUNNING
+            if ended == RUNNING:
+                ended = f"killed: no end recorded (last checkpoint {rec.get('at', '?')})"
+            entries.append(_attempt_entry(rec, ended))
+        entries.append(
+            _attempt_entry({**self.to_dict(), "attempt": attempt, "started": started, "at": _utc_now()}, outcome)
+        )
+        total.attempts = entries
+        # One runner invocation per attempt, also for one killed before it began.
+        total.runs = len(entries)
+        return total
+
     @classmethod
     def merge(cls, paths: Iterable[str | os.PathLike[str] | "Ledger"]) -> "Ledger":
         """Sum ledgers (paths or objects) into one for the report."""
@@ -140,3 +196,56 @@ class Ledger:
         total.failure_reasons = dict(fail)
         total.invalid_reasons = dict(inval)
         return total
+
+
+def _attempt_entry(rec: Mapping[str, Any], outcome: str) -> dict[str, Any]:
+    entry = {"attempt": rec.get("attempt", ""), "started": rec.get("started", ""), "ended": rec.get("at", "")}
+    entry["outcome"] = outcome
+    entry.update({k: rec.get(k, 0) for k in _ATTEMPT_COUNTERS})
+    return entry
+
+
+class AttemptLog:
+    """Append-only record of a job's answering attempts, kept outside its declared outputs.
+
+    Every checkpoint of an attempt appends one line: a snapshot of that attempt's
+    ledger, its id and how it stands (``running``, or how it ended), written with
+    one ``write`` and fsynced. The attempt that finishes the job folds the last line
+    of every earlier attempt into its ledger (:meth:`Ledger.folded`) and removes the
+    log, so a forced rerun starts a fresh account. A line cut short by ``kill -9`` is
+    skipped. Counts only, like the ledger: no request or reply text.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def append(self, ledger: Ledger, *, attempt: str, outcome: str = RUNNING, started: str = "") -> None:
+        record = {k: v for k, v in ledger.to_dict().items() if k != "attempts"}
+        record.update(attempt=attempt, started=started, at=_utc_now(), outcome=outcome)
+        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def previous(self) -> list[dict[str, Any]]:
+        """The last record of each attempt in the log, oldest attempt first."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        last: dict[str, dict[str, Any]] = {}
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("attempt"):
+                last[rec["attempt"]] = rec  # dicts keep first-insertion order: attempts stay in order
+        return list(last.values())
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)

@@ -24,10 +24,36 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from context_effects.llm.types import LLMRequest
+from context_effects.llm.types import LLMRequest, LLMResult
 
 Validator = Callable[[str], tuple[Any, "str | None"]]
 Reask = Callable[[LLMRequest, int, str], LLMRequest]
+
+#: Reasons of a reply that carries no answer, whatever the study: the model
+#: declined, or sent nothing. Both were paid for, so they are stored; the runner
+#: re-asks them under the study's policy like an invalid reply and, after the last
+#: attempt, records the item missing with this reason (the ``invalid_reason`` of
+#: its response row), before any study validator sees the text.
+REFUSAL = "refusal"
+EMPTY = "empty"
+#: Finish reasons by which a provider says the model declined: "refusal" is
+#: Anthropic's stop_reason and the backends' label for OpenAI's ``message.refusal``;
+#: "content_filter" is OpenAI's moderation cutting the reply.
+REFUSAL_FINISH_REASONS = frozenset({REFUSAL, "content_filter"})
+
+
+def no_answer_reason(result: LLMResult) -> str | None:
+    """``"refusal"`` or ``"empty"`` for a successful reply that carries no answer, else ``None``.
+
+    Empty means no text but whitespace *and* no first-token probabilities: a
+    Yes/No probe read off the first position is an answer even when the decoded
+    text is empty (Study A's first-token method).
+    """
+    if result.finish_reason in REFUSAL_FINISH_REASONS:
+        return REFUSAL
+    if not (result.text or "").strip() and not result.probe_probs and not result.first_token_logprobs:
+        return EMPTY
+    return None
 
 
 def default_reask(req: LLMRequest, attempt: int, reason: str) -> LLMRequest:

@@ -4,36 +4,205 @@ The runner, not the backends, owns caching, batching, re-asking and
 accounting, so never-pay-twice and resume are implemented once:
 
 * every key is looked up in the store first; only misses reach the backend;
-* misses go out in batches of ``batch_size`` and each completed batch is
-  written to the store (its own segment) and the ledger saved *before* the
-  next batch starts, so a job killed mid-shard resumes from its last completed
-  batch and pays for nothing twice;
+* misses go out in batches of ``batch_size``. Answers are written to the store
+  as they arrive, each write one segment, the ledger checkpointed just before it:
+  from a backend that hands them out one by one (``Backend.incremental``, the
+  hosted APIs) every ``flush_every`` answers or once the oldest unwritten one is
+  ``flush_interval_s`` old, whichever comes first; in any case when the batch
+  ends. A rerun pays only for what is not in the store;
+* with ``stop`` set (the answering job's SIGTERM/SIGINT handler, ``llm.shards``)
+  the runner takes what the backend still delivers for the calls it had sent,
+  stores it and raises :class:`StopRequested` instead of starting anything new;
 * failures are returned and counted but never stored, so a rerun retries them;
-* with a reply policy (``llm.replies``), a reply that fails validation is kept
-  in the store (it was paid for) and re-asked under a new key (``attempt + 1``);
-  after ``max_attempts`` the item is returned as a miss carrying its reason in
-  ``error`` (prefixed ``INVALID_PREFIX``), never as a score.
+* a reply that carries no answer (a refusal or an empty reply,
+  ``llm.replies.no_answer_reason``) or fails the reply policy's validation is
+  kept in the store (it was paid for) and re-asked under a new key
+  (``attempt + 1``) as the policy builds it; after ``max_attempts`` the item is
+  returned as a miss carrying its reason in ``error`` (prefixed
+  ``INVALID_PREFIX``), never as a score.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
+import os
 import sys
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.ledger import Ledger
 from context_effects.llm.pricing import estimate_cost
-from context_effects.llm.replies import ReplyPolicy
+from context_effects.llm.replies import ReplyPolicy, accept_any, no_answer_reason
 from context_effects.llm.secrets import redact
-from context_effects.llm.store import ResponseStore, utc_now_iso
+from context_effects.llm.store import ResponseStore, request_from_json, result_to_row, row_to_result, utc_now_iso
 from context_effects.llm.types import LLMRequest, LLMResult
+
+log = logging.getLogger(__name__)
 
 #: ``error`` prefix of an item whose reply never passed validation.
 INVALID_PREFIX = "invalid_reply: "
 NO_RESULT = "backend returned no result for this request"
+
+#: When answers of an incremental backend (hosted APIs) are written: every
+#: FLUSH_EVERY answers, or once the oldest unwritten one is FLUSH_INTERVAL_S old
+#: (checked at least every FLUSH_INTERVAL_S / 4). Each write is one immutable
+#: segment that every later job's store scan opens, so the two values trade what
+#: a SIGKILL costs against how many segments a job leaves:
+#: * a SIGKILL pays again for at most FLUSH_EVERY - 1 answers, none older than
+#:   about FLUSH_INTERVAL_S, besides the calls in flight, which no client can save
+#:   (SIGTERM, what Slurm sends first, costs nothing: the job drains and stores);
+#: * a job writes at most one segment per FLUSH_EVERY answers or per
+#:   FLUSH_INTERVAL_S: at high rates 4 per batch of 256 (answer_shard's) instead
+#:   of 1, at low rates at most 720 an hour. 16 answers or 2 s would mean up to 16
+#:   per batch and 1 800 an hour, for a saving of cents per SIGKILL.
+FLUSH_EVERY = 64
+FLUSH_INTERVAL_S = 5.0
+
+
+class StopRequested(Exception):
+    """``run_requests`` stopped early because its ``stop`` event was set.
+
+    Every answer received before it is in the store and the ledger is
+    checkpointed; the requests never sent were neither paid for nor counted.
+    """
+
+
+class AnswerJournal:
+    """Answers received but not yet in a store segment, one JSON line each.
+
+    Segments are written in groups (one immutable file per write, so not per
+    answer); between two writes an answer lives only in memory, and a SIGKILL
+    would make the next run pay for it again. Each answer is therefore also
+    appended here the moment it arrives — one ``write`` of one line, which the
+    kernel keeps even when the process is killed — and the next attempt at the
+    same shard moves the journal's answers into the store (:meth:`recover`)
+    before asking anything. After every segment write the journal is emptied.
+    The rows are the store's own rows (``result_to_row``), so recovery checks
+    each key against its stored request as an import does.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def append(self, res: LLMResult, req: LLMRequest) -> None:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = json.dumps(result_to_row(res, req), sort_keys=True, ensure_ascii=False) + "\n"
+        os.write(self._fd, line.encode("utf-8"))
+
+    def clear(self) -> None:
+        """Everything journaled is in a segment now."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def pending(self) -> int:
+        """Answers journaled and not yet written to a segment (a line cut short not counted)."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return 0
+        n = 0
+        for line in lines:
+            try:
+                json.loads(line)
+            except ValueError:
+                continue
+            n += 1
+        return n
+
+    def recover(self, store: ResponseStore) -> int:
+        """Store the answers a killed attempt journaled but never wrote; return how many.
+
+        A last line cut short by the kill is skipped; a row whose key does not match
+        its request is skipped with a warning (the journal is a plain file).
+        """
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return 0
+        results, requests = [], []
+        for line in lines:
+            try:
+                row = json.loads(line)
+                req = request_from_json(row["request_json"])
+                res = row_to_result(row)
+            except (ValueError, KeyError, TypeError):
+                continue
+            if req.key != res.key:
+                log.warning("answer journal %s: row %s does not match its request; skipped", self.path, res.key)
+                continue
+            results.append(res)
+            requests.append(req)
+        n = store.put_batch(results, requests) if results else 0
+        self.path.unlink(missing_ok=True)
+        if n:
+            log.info("answer journal %s: %d answer(s) of an interrupted attempt moved into the store", self.path, n)
+        return n
+
+
+class _Writer:
+    """Answers received and not yet in the store; each write is one segment.
+
+    ``checkpoint`` (the ledger) runs before every write, so the ledger never
+    knows of fewer paid calls than the store holds answers. With a ``journal``,
+    every answer is also journaled as it arrives (see :class:`AnswerJournal`).
+    """
+
+    def __init__(
+        self,
+        store: ResponseStore,
+        checkpoint: Callable[[], None],
+        every: int | None,
+        interval_s: float | None,
+        journal: AnswerJournal | None = None,
+    ) -> None:
+        self.store = store
+        self.checkpoint = checkpoint
+        self.every = every
+        self.interval_s = interval_s
+        self.journal = journal
+        self.pending: list[tuple[LLMResult, LLMRequest]] = []
+        self.since: float | None = None
+
+    def add(self, res: LLMResult, req: LLMRequest) -> None:
+        if self.journal is not None:
+            self.journal.append(res, req)
+        if self.since is None:
+            self.since = time.monotonic()
+        self.pending.append((res, req))
+        self.due()
+
+    def due(self) -> None:
+        """Write if a group is full or its oldest answer has waited long enough."""
+        if not self.pending:
+            return
+        full = self.every is not None and len(self.pending) >= self.every
+        late = self.interval_s is not None and time.monotonic() - (self.since or 0.0) >= self.interval_s
+        if full or late:
+            self.flush()
+
+    def flush(self) -> None:
+        self.checkpoint()
+        if self.pending:
+            self.store.put_batch([res for res, _ in self.pending], [req for _, req in self.pending])
+            # Cleared only once written: a write cut short is tried again by the caller's finally.
+            self.pending.clear()
+            self.since = None
+            if self.journal is not None:
+                self.journal.clear()
 
 def invalid_reason(result: LLMResult) -> str | None:
     """The validation reason of a final miss, or ``None`` for anything else."""
@@ -95,20 +264,37 @@ def run_requests(
     reply_policy: ReplyPolicy | None = None,
     max_attempts: int = 3,
     price_table: Mapping[str, Mapping[str, float]] | None = None,
+    flush_every: int | None = FLUSH_EVERY,
+    flush_interval_s: float | None = FLUSH_INTERVAL_S,
+    stop: threading.Event | None = None,
+    on_checkpoint: Callable[[Ledger], None] | None = None,
+    journal: str | os.PathLike[str] | None = None,
 ) -> list[LLMResult]:
     """Answer ``requests`` (results in the same order), calling ``backend`` only for store misses.
 
     ``reply_policy.validate(text) -> (value, reason)`` marks a reply invalid when
     ``reason`` is not None, and ``reply_policy.reask`` builds the next ask;
-    without a policy every reply is used as it is. ``max_attempts`` counts the
-    first ask. ``price_table`` fills ``cost_usd`` for results the backend did
-    not price.
+    without a policy every reply that carries an answer is used as it is (a
+    refusal or an empty reply is re-asked like an invalid one either way).
+    ``max_attempts`` counts the first ask. ``price_table`` fills ``cost_usd`` for
+    results the backend did not price. ``flush_every``/``flush_interval_s``: when
+    answers of an incremental backend are written (``None`` turns a trigger off);
+    ``stop``: see :class:`StopRequested`; ``on_checkpoint(ledger)`` runs at every
+    ledger checkpoint (the answering job appends it to its attempts log).
+    ``journal``: a file where each answer of an incremental backend is appended as it
+    arrives; answers an earlier, killed run journaled are stored before anything is
+    asked (:class:`AnswerJournal`).
     """
     requests = list(requests)
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     if max_attempts < 1:
         raise ValueError("max_attempts must be >= 1")
+    if flush_every is not None and flush_every < 1:
+        raise ValueError("flush_every must be >= 1 or None")
+    if flush_interval_s is not None and flush_interval_s <= 0:
+        raise ValueError("flush_interval_s must be > 0 or None")
+    policy = reply_policy if reply_policy is not None else accept_any()
     led = ledger if ledger is not None else Ledger()
     started = time.monotonic()
     wall_at_start = led.wall_s
@@ -129,20 +315,60 @@ def run_requests(
     final: dict[str, LLMResult] = {}
 
     store.refresh()
+    answer_journal = AnswerJournal(journal) if journal is not None else None
+    if answer_journal is not None:
+        answer_journal.recover(store)
     bar = _Progress(len(items), backend.name or type(backend).__name__, progress)
     tokens_out_this_run = 0
 
     def checkpoint() -> None:
         led.wall_s = wall_at_start + (time.monotonic() - started)
         led.save()
+        if on_checkpoint is not None:
+            on_checkpoint(led)
+
+    # Grouped writes only where answers arrive one by one; a batch answered at
+    # once is written as one segment when it ends.
+    incremental = bool(getattr(backend, "incremental", False))
+    writer = _Writer(
+        store,
+        checkpoint,
+        flush_every if incremental else None,
+        flush_interval_s if incremental else None,
+        answer_journal if incremental else None,
+    )
+    # Heartbeats let the time trigger fire while no answer arrives.
+    heartbeat_s = None
+    if incremental and flush_interval_s is not None:
+        heartbeat_s = min(max(flush_interval_s / 4, 0.01), 1.0)
+
+    def account(res: LLMResult) -> None:
+        nonlocal tokens_out_this_run
+        led.calls += 1
+        led.tokens_in += res.tokens_in or 0
+        led.tokens_out += res.tokens_out or 0
+        tokens_out_this_run += res.tokens_out or 0
+        if res.cost_usd is None:
+            led.cost_unknown_calls += 1
+        else:
+            led.cost_usd += res.cost_usd
+        if not res.ok:
+            led.failures += 1
+            led.count_reason("failure", _error_kind(res.error or "no text"))
+
+    def stopping() -> bool:
+        return stop is not None and stop.is_set()
 
     def settle(item: str, req: LLMRequest, res: LLMResult, follow_up: list[str]) -> None:
         tries[item] += 1
-        if res.ok and reply_policy is not None:
-            _, reason = reply_policy.validate(res.text)  # type: ignore[arg-type]
+        if res.ok:
+            # A refusal or an empty reply carries no answer, whatever the study.
+            reason = no_answer_reason(res)
+            if reason is None:
+                _, reason = policy.validate(res.text)  # type: ignore[arg-type]
             if reason is not None:
                 if tries[item] < max_attempts:
-                    current[item] = reply_policy.reask(req, req.attempt + 1, reason)
+                    current[item] = policy.reask(req, req.attempt + 1, reason)
                     led.reasks += 1
                     follow_up.append(item)
                     return
@@ -170,11 +396,17 @@ def run_requests(
 
             miss_keys = list(misses)
             for chunk in _batches(miss_keys, batch_size):
+                if stopping():
+                    raise StopRequested("stopped before sending the next batch; every answer received is stored")
                 batch = [current[misses[k][0]] for k in chunk]
                 wanted = {r.key: r for r in batch}
                 got: dict[str, LLMResult] = {}
+                results = backend.stream(batch, heartbeat_s=heartbeat_s) if incremental else backend.run(batch)
                 try:
-                    for res in backend.run(batch):
+                    for res in results:
+                        if res is None:  # a heartbeat: nothing new, but maybe time to write
+                            writer.due()
+                            continue
                         if res.key not in wanted or res.key in got:
                             continue
                         req = wanted[res.key]
@@ -187,24 +419,23 @@ def run_requests(
                         if res.cost_usd is None and price_table is not None and res.ok:
                             res.cost_usd = estimate_cost(req.model.model_id, res.tokens_in, res.tokens_out, price_table)
                         got[res.key] = res
+                        account(res)
+                        if res.ok:
+                            writer.add(res, req)
                 finally:
-                    # Persist whatever was answered even if the backend raised
-                    # mid-batch: it has been paid for.
-                    store.put_batch(got.values(), batch)
-                    led.calls += len(got)
+                    # Also when the backend raised or the job is being interrupted:
+                    # cancel what is still running, then store whatever was
+                    # answered - it has been paid for.
+                    close = getattr(results, "close", None)
+                    if close is not None:
+                        close()
                     led.batches += 1
-                    for res in got.values():
-                        led.tokens_in += res.tokens_in or 0
-                        led.tokens_out += res.tokens_out or 0
-                        tokens_out_this_run += res.tokens_out or 0
-                        if res.cost_usd is None:
-                            led.cost_unknown_calls += 1
-                        else:
-                            led.cost_usd += res.cost_usd
-                        if not res.ok:
-                            led.failures += 1
-                            led.count_reason("failure", _error_kind(res.error or "no text"))
-                    checkpoint()
+                    writer.flush()
+                if stopping() and len(got) < len(batch):
+                    raise StopRequested(
+                        f"stopped with {len(batch) - len(got)} of {len(batch)} requests of a batch not sent; "
+                        "every answer received is stored"
+                    )
                 for req in batch:
                     res = got.get(req.key)
                     if res is None:
@@ -223,8 +454,12 @@ def run_requests(
                     for item in misses[req.key]:
                         settle(item, req, res, follow_up)
             pending = follow_up
+            if pending and stopping():
+                raise StopRequested("stopped before the re-asks; every answer received is stored")
     finally:
         bar.close()
         checkpoint()
+        if answer_journal is not None:
+            answer_journal.close()
 
     return [final[req.key] for req in requests]

@@ -85,9 +85,13 @@ def check_env(
     models_config: Mapping[str, Mapping[str, Any]],
     environ: Mapping[str, str] = os.environ,
 ) -> list[str]:
-    """Raise ``MissingSecretError`` naming every missing variable; return the ones checked."""
+    """Raise ``MissingSecretError`` naming every missing variable; return the ones checked.
+
+    A variable set to whitespace only counts as missing: no provider accepts it as a
+    key, and the hosted backends strip the key they read (``read_api_key``).
+    """
     needs = _needs(models_config)
-    missing = {var: models for var, models in needs.items() if not environ.get(var)}
+    missing = {var: models for var, models in needs.items() if not (environ.get(var) or "").strip()}
     if missing:
         raise MissingSecretError(missing)
     return sorted(needs)

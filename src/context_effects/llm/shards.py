@@ -9,6 +9,10 @@ many asks a reply gets, so the rule stays the same for every study and stage.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,10 +20,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from context_effects.llm.ledger import Ledger
+from context_effects.llm.ledger import RUNNING, AttemptLog, Ledger
 from context_effects.llm.replies import resolve_policy
-from context_effects.llm.runner import invalid_reason, run_requests
-from context_effects.llm.store import ResponseStore, request_from_json, request_json, result_to_row
+from context_effects.llm.runner import AnswerJournal, FLUSH_EVERY, FLUSH_INTERVAL_S, StopRequested, invalid_reason, run_requests
+from context_effects.llm.store import ResponseStore, request_from_json, request_json, result_to_row, utc_now_iso
 from context_effects.llm.types import LLMRequest
 
 META_KEY = b"context_effects.shard"
@@ -27,6 +31,92 @@ META_KEY = b"context_effects.shard"
 
 class ShardIncomplete(RuntimeError):
     """Some requests of a shard failed; rerunning the job retries only those."""
+
+
+#: How long an answering job that got SIGTERM/SIGINT waits for the calls it had
+#: already sent. Slurm follows SIGTERM with SIGKILL after KillWait (30 s unless
+#: the cluster sets it otherwise); 20 s leaves time to write what came back.
+STOP_GRACE_S = 20.0
+
+
+class JobInterrupted(BaseException):
+    """The answering job got SIGTERM or SIGINT and stopped.
+
+    Every answer received is in the store and the attempt is in the job's
+    attempts log. A ``BaseException``, like ``KeyboardInterrupt``, so that no
+    ``except Exception`` on the way out swallows it; the job script exits with
+    128 + ``signum``, the status of a process killed by that signal.
+    """
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(f"{signal.Signals(signum).name}: {message}")
+        self.signum = int(signum)
+
+
+class _StopOnSignal:
+    """SIGTERM/SIGINT handling of one answering job; only in the main thread.
+
+    The first signal stops sending (``stop`` and ``backend.request_stop()``) and
+    lets the calls in flight come back - they are paid for whether or not the job
+    waits - for up to ``grace_s``; the runner stores them and stops. A second
+    signal, or the grace running out (SIGALRM), raises :class:`JobInterrupted` at
+    once; the runner's ``finally`` still writes what was received. The handlers
+    only set flags or raise: the store and the ledger are written by the runner,
+    never from inside a handler.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, stop: threading.Event, backend: Any, grace_s: float, enabled: bool = True) -> None:
+        self.stop = stop
+        self.backend = backend
+        self.grace_s = float(grace_s)
+        self.enabled = enabled
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopOnSignal":
+        # Python delivers signals to the main thread only; a library caller on
+        # another thread keeps its own handling.
+        if self.enabled and threading.current_thread() is threading.main_thread():
+            for sig in (*self.SIGNALS, signal.SIGALRM):
+                old = signal.getsignal(sig)
+                self.previous[sig] = signal.SIG_DFL if old is None else old
+            for sig in self.SIGNALS:
+                signal.signal(sig, self._on_signal)
+            signal.signal(signal.SIGALRM, self._on_alarm)
+        return self
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise JobInterrupted(signum, "second signal: stopped without waiting for the calls in flight")
+        self.signum = signum
+        if self.grace_s <= 0:
+            raise JobInterrupted(signum, "no grace period: stopped without waiting for the calls in flight")
+        self.stop.set()
+        self.backend.request_stop()
+        signal.setitimer(signal.ITIMER_REAL, self.grace_s)
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        raise JobInterrupted(
+            self.signum or signal.SIGTERM, f"the calls in flight did not come back within {self.grace_s:g}s"
+        )
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            for sig, handler in self.previous.items():
+                signal.signal(sig, handler)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum or signal.SIGTERM).name
+
+
+def default_attempts_log(ledger_path: str | Path) -> Path:
+    """``.attempts/<ledger name>.jsonl`` beside the ledger (the rules pass one under results/ledgers/.attempts/)."""
+    path = Path(ledger_path)
+    return path.parent / ".attempts" / f"{path.stem}.jsonl"
 
 
 def write_request_shard(
@@ -67,15 +157,89 @@ def read_request_shard(path: str | Path) -> tuple[list[LLMRequest], dict[str, An
     return [request_from_json(b) for b in table.column("request_json").to_pylist()], policy
 
 
-def read_response_shard(path: str | Path, columns: Sequence[str] | None = None) -> tuple[list[LLMRequest], Any]:
+class ShardMismatch(ValueError):
+    """A response shard does not answer its request shard one to one (or lacks a column)."""
+
+
+#: How many keys an error message lists of each kind (missing, extra, duplicated).
+_SHOWN_KEYS = 5
+
+
+def _key_list(keys: Sequence[str]) -> str:
+    shown = ", ".join(keys[:_SHOWN_KEYS])
+    return shown + (f", ... ({len(keys) - _SHOWN_KEYS} more)" if len(keys) > _SHOWN_KEYS else "")
+
+
+def check_response_coverage(
+    responses_path: str | Path, requests_path: str | Path, responses: Sequence[LLMRequest]
+) -> None:
+    """Fail unless ``responses`` (the requests a response shard answered) cover the
+    requests of ``requests_path`` one to one, compared by ``LLMRequest.key``.
+
+    A response shard carries its own copy of each request, so a truncated or
+    hand-edited file would otherwise be read as complete and its lost requests
+    would simply vanish from every table built from it. Keys are compared as
+    multisets: a request shard may hold the same question twice (e.g. two
+    corpora producing byte-identical answers for one judge), and each copy needs
+    its own response row.
+    """
+    wanted: dict[str, int] = {}
+    for req in read_request_shard(requests_path)[0]:
+        wanted[req.key] = wanted.get(req.key, 0) + 1
+    got: dict[str, int] = {}
+    for req in responses:
+        got[req.key] = got.get(req.key, 0) + 1
+    missing = [k for k, n in wanted.items() if got.get(k, 0) < n]
+    extra = [k for k in got if k not in wanted]
+    duplicated = [k for k, n in got.items() if k in wanted and n > wanted[k]]
+    if not (missing or extra or duplicated):
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key(s): {_key_list(missing)}")
+    if extra:
+        parts.append(f"{len(extra)} extra key(s) not in the request shard: {_key_list(extra)}")
+    if duplicated:
+        parts.append(f"{len(duplicated)} duplicated key(s): {_key_list(duplicated)}")
+    raise ShardMismatch(
+        f"response shard {responses_path} does not answer request shard {requests_path} one to one "
+        f"({len(responses)} response rows for {sum(wanted.values())} requests): {'; '.join(parts)}. "
+        "Delete the response shard and rerun its answering job (answers already paid for are in the store)."
+    )
+
+
+def read_response_shard(
+    path: str | Path,
+    columns: Sequence[str] | None = None,
+    *,
+    requests_path: str | Path | None = None,
+) -> tuple[list[LLMRequest], Any]:
     """The requests of an answered shard and its response rows (a DataFrame), read once.
 
     ``columns`` limits the rows to those columns (``request_json`` is always read);
-    ``None`` reads all of them.
+    ``None`` reads all of them. A requested column the file lacks fails naming the
+    file and the column(s). With ``requests_path`` (the request shard the file
+    answers) the responses must cover its requests one to one by key
+    (``check_response_coverage``); every study collector passes it.
     """
     cols = None if columns is None else ["request_json", *[c for c in columns if c != "request_json"]]
+    have = set(pq.read_schema(path).names)
+    lacking = [c for c in (cols or ["request_json"]) if c not in have]
+    if lacking:
+        raise ShardMismatch(f"response shard {path} lacks column(s) {lacking}; it is not a complete response shard")
     table = pq.read_table(path, columns=cols).to_pandas()
-    return [request_from_json(b) for b in table["request_json"]], table
+    requests = [request_from_json(b) for b in table["request_json"]]
+    if requests_path is not None:
+        check_response_coverage(path, requests_path, requests)
+    return requests, table
+
+
+def answer_journal_path(attempts_log: str | Path) -> Path:
+    """Where an answering attempt journals each answer as it arrives (beside its
+    attempts log, so also outside the job's declared outputs): see
+    ``runner.AnswerJournal``."""
+    path = Path(attempts_log)
+    return path.with_name(f"{path.stem}.answers.jsonl")
 
 
 def answer_shard(
@@ -87,27 +251,81 @@ def answer_shard(
     *,
     batch_size: int = 256,
     progress: bool = True,
+    attempts_log: str | Path | None = None,
+    flush_every: int | None = FLUSH_EVERY,
+    flush_interval_s: float | None = FLUSH_INTERVAL_S,
+    stop_grace_s: float = STOP_GRACE_S,
+    handle_signals: bool = True,
 ) -> Ledger:
-    """Answer one shard; every completed batch is in the store before the next starts."""
+    """Answer one shard; answers are in the store as they arrive, and a killed job's spending is kept.
+
+    Answers are written while the shard runs (``run_requests``: ``flush_every``,
+    ``flush_interval_s``). On SIGTERM/SIGINT (handled when called in the main
+    thread, unless ``handle_signals`` is False) no new call is sent, the calls in
+    flight come back for up to ``stop_grace_s``, everything received is stored and
+    :class:`JobInterrupted` is raised. Every attempt appends its ledger to ``attempts_log`` (default
+    :func:`default_attempts_log`), which is no declared output and so survives a
+    failed job; the attempt that finishes writes the ledger at ``ledger_path``
+    with the earlier attempts folded in (calls paid across attempts, and each
+    attempt listed) and removes the log. Returns that ledger.
+    """
     requests, policy = read_request_shard(requests_path)
     reply_policy = resolve_policy(policy["reply_policy"], policy["policy_params"])
-    ledger = Ledger.open(ledger_path, job=str(requests_path), backend=backend.name)
-    results = run_requests(
-        requests,
-        backend,
-        store,
-        batch_size=batch_size,
-        ledger=ledger,
-        progress=progress,
-        reply_policy=reply_policy,
-        max_attempts=policy["max_attempts"],
-    )
-    ledger.save(ledger_path)
+    log = AttemptLog(attempts_log if attempts_log is not None else default_attempts_log(ledger_path))
+    previous = log.previous()
+    # A killed attempt checkpointed its ledger before each store write; the answers it
+    # received after the last one are in its journal (recovered into the store by the
+    # runner), so they are calls it paid for that its last checkpoint does not count.
+    unlogged = AnswerJournal(answer_journal_path(log.path)).pending()
+    if unlogged and previous and previous[-1].get("outcome") == RUNNING:
+        previous[-1]["calls"] = int(previous[-1].get("calls") or 0) + unlogged
+    started = utc_now_iso()
+    attempt = f"{started}-{socket.gethostname()}-{os.getpid()}"
+    ledger = Ledger(job=str(requests_path), backend=backend.name)
+
+    def record(outcome: str) -> None:
+        log.append(ledger, attempt=attempt, outcome=outcome, started=started)
+
+    # Recorded before the first call, so an attempt killed before its first
+    # checkpoint still counts as an attempt.
+    record(RUNNING)
+    stop = threading.Event()
+    with _StopOnSignal(stop, backend, stop_grace_s, handle_signals) as signals:
+        try:
+            results = run_requests(
+                requests,
+                backend,
+                store,
+                batch_size=batch_size,
+                ledger=ledger,
+                progress=progress,
+                reply_policy=reply_policy,
+                max_attempts=policy["max_attempts"],
+                flush_every=flush_every,
+                flush_interval_s=flush_interval_s,
+                stop=stop,
+                on_checkpoint=lambda _: record(RUNNING),
+                journal=answer_journal_path(log.path),
+            )
+        except StopRequested as exc:
+            record(f"interrupted by {signals.name} after the calls in flight came back: {exc}")
+            raise JobInterrupted(signals.signum or signal.SIGTERM, str(exc)) from None
+        except JobInterrupted as exc:
+            record(f"interrupted by {exc}")
+            raise
+        except BaseException as exc:
+            record(f"failed: {type(exc).__name__}")
+            raise
+    final = ledger.folded(previous, attempt=attempt, outcome="completed", started=started)
     # A failed call (not an invalid reply) must not become a finished output:
     # fail the job so Snakemake reruns it; answers already paid for are in the
     # store, so the rerun sends only the failures.
     failed = [(req, res) for req, res in zip(requests, results) if res.error and invalid_reason(res) is None]
     if failed:
+        outcome = f"incomplete: {len(failed)} calls failed"
+        record(outcome)
+        final.attempts[-1]["outcome"] = outcome
+        final.save(ledger_path)
         raise ShardIncomplete(
             f"{len(failed)} of {len(requests)} requests in {requests_path} failed "
             f"(first: {failed[0][1].error}); completed answers are stored - rerun to retry only the failures"
@@ -121,4 +339,7 @@ def answer_shard(
         rows.append(row)
     Path(responses_path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), responses_path)
-    return ledger
+    final.save(ledger_path)
+    # Folded into the ledger just written: a later (forced) rerun starts a fresh account.
+    log.clear()
+    return final

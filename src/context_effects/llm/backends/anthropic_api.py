@@ -116,11 +116,12 @@ class AnthropicBackend(HostedAPIBackend):
         blocks = data.get("content") or []
         texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
         stop = data.get("stop_reason")
-        error = None
+        # An empty content list and stop_reason "refusal" are replies, paid for like
+        # any other: returned as answers (text "" and finish reason "refusal" kept
+        # verbatim), so they are stored and the runner re-asks them and finally records
+        # them missing as "empty"/"refusal" (llm/replies.py, no_answer_reason).
         if not texts:
-            error = f"no text in the reply (stop_reason={stop})"
-        if stop == "refusal":
-            error = "model refused (stop_reason=refusal)"
+            notes.append(f"no text in the reply (stop_reason={stop})")
         if data.get("model") and data["model"] != request.model.model_id:
             notes.append(f"served_model={data['model']}")
         if batch_id:
@@ -129,13 +130,12 @@ class AnthropicBackend(HostedAPIBackend):
         tokens_in, tokens_out = usage.get("input_tokens"), usage.get("output_tokens")
         return self._result(
             request,
-            text="".join(texts) if texts else None,
+            text="".join(texts),
             finish_reason=STOP_REASONS.get(stop, stop),
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             cost_usd=self._cost(request.model.model_id, tokens_in, tokens_out, batch=bool(batch_id)),
             notes="; ".join(notes),
-            error=error,
         )
 
     async def _call(self, client: Any, request: LLMRequest, timeout: float) -> LLMResult:

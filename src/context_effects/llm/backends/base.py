@@ -17,6 +17,12 @@ from context_effects.llm.types import LLMRequest, LLMResult
 class Backend(ABC):
     #: Short name recorded with every result ("vllm", "openai", ...).
     name: str = ""
+    #: True when :meth:`stream` hands out each result as its call completes (the
+    #: hosted APIs), so the runner writes answers to the store in small groups
+    #: while a batch is still running. False when a batch is answered at once (one
+    #: vLLM engine call, the synthetic model, the store): there is nothing to write
+    #: before the batch ends, and grouping would only split its one segment.
+    incremental: bool = False
 
     def __init__(self, *, state_dir: Path | None = None) -> None:
         # Somewhere to persist provider-side state (e.g. Batch API ids) so that a
@@ -30,6 +36,27 @@ class Backend(ABC):
         A request that could not be answered yields a result with ``error`` set
         (never raises for a single bad request), so the caller can record the
         failure without caching it.
+        """
+
+    def stream(self, requests: Sequence[LLMRequest], *, heartbeat_s: float | None = None) -> Iterator[LLMResult | None]:
+        """:meth:`run`, with ``None`` yielded between results while none is due.
+
+        An incremental backend yields ``None`` at least every ``heartbeat_s``
+        seconds while it waits for calls in flight, so the runner can write the
+        answers it already holds after a while even when no further answer comes.
+        The default is :meth:`run` as it is: a backend that answers a batch at once
+        has nothing to report in between.
+        """
+        return iter(self.run(requests))
+
+    def request_stop(self) -> None:
+        """Send no further requests; results of the calls already sent still come.
+
+        Called from the answering job's SIGTERM/SIGINT handler (so it only sets a
+        flag). After it, :meth:`run` may end without a result for requests it never
+        sent: they were not paid for, and the runner stores what did come back. The
+        default does nothing (an engine call answering a whole batch cannot stop
+        half-way; the job's grace period bounds how long it is waited for).
         """
 
     def engine_version(self) -> str:

@@ -41,6 +41,10 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+class _Withheld(Exception):
+    """A call not sent because the job is stopping (see ``request_stop``)."""
+
+
 class BatchFailed(Exception):
     """A batch control call (upload, create, poll, download) failed for good."""
 
@@ -66,6 +70,8 @@ class HostedAPIBackend(Backend):
     """
 
     name = ""
+    # Each call's result is handed out as it completes (iterate_async).
+    incremental = True
     default_key_env: str | None = None
     #: Provider limit on requests per batch (OpenAI 50k per file, Anthropic 100k).
     batch_limit: int = 50_000
@@ -122,6 +128,9 @@ class HostedAPIBackend(Backend):
             )
         self.prices = {k: dict(v) for k, v in (prices or {}).items()}
         self._rng = random.Random()
+        # Set by request_stop() (from a signal handler, in the main thread); read by
+        # the workers on the event loop's thread before each new call.
+        self._stop_requested = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.base_url!r}, key_env={self.api_key_env!r})"
@@ -246,7 +255,16 @@ class HostedAPIBackend(Backend):
 
     # -- the Backend contract --------------------------------------------------
 
+    def request_stop(self) -> None:
+        self._stop_requested = True
+
     def run(self, requests: Sequence[LLMRequest]) -> Iterator[LLMResult]:
+        return self._iterate(requests, None)  # type: ignore[return-value] - no heartbeats, no Nones
+
+    def stream(self, requests: Sequence[LLMRequest], *, heartbeat_s: float | None = None) -> Iterator[LLMResult | None]:
+        return self._iterate(requests, heartbeat_s)
+
+    def _iterate(self, requests: Sequence[LLMRequest], heartbeat_s: float | None) -> Iterator[LLMResult | None]:
         # Identical requests (same key) are answered by one call: never pay twice.
         by_key: dict[str, list[LLMRequest]] = {}
         for request in requests:
@@ -290,11 +308,15 @@ class HostedAPIBackend(Backend):
                         await client.close()
                     except Exception:  # noqa: BLE001 - closing is best effort
                         pass
+            if self._stop_requested:
+                # Requests never sent after a stop get no result: nothing was paid,
+                # and a failure here would be counted as a call.
+                return
             for request in unique:
                 if request.key not in delivered:
                     deliver(self._failed(request, f"{self.name}: no result was produced for this request"))
 
-        return iterate_async(produce)
+        return iterate_async(produce, heartbeat_s=heartbeat_s)
 
     async def _run_direct(
         self, ctx: RunContext, requests: list[LLMRequest], deliver: Callable[[LLMResult], None]
@@ -305,20 +327,38 @@ class HostedAPIBackend(Backend):
         # task per request: 150k tasks parked on one Condition would make every
         # release wake 150k waiters.
         async def worker() -> None:
-            for request in pending:
+            # After a stop, no new call starts; those in flight finish and are delivered.
+            while not self._stop_requested:
+                request = next(pending, None)
+                if request is None:
+                    return
                 try:
                     result = await self._answer(ctx, request)
                 except Exception as exc:  # noqa: BLE001
                     result = self._failed(request, f"{type(exc).__name__}: {exc}")
-                deliver(result)
+                if result is not None:
+                    deliver(result)
 
         n = min(len(requests), self.controller.maximum)
         await asyncio.gather(*(worker() for _ in range(n)))
 
-    async def _answer(self, ctx: RunContext, request: LLMRequest) -> LLMResult:
+    async def _answer(self, ctx: RunContext, request: LLMRequest) -> LLMResult | None:
+        """One request with retries; ``None`` if it was never sent because of a stop."""
         client = self._client(ctx, request)
+        withheld = False
+
+        async def attempt(timeout: float) -> LLMResult:
+            nonlocal withheld
+            # Checked once a concurrency slot is held, right before sending: a
+            # worker takes its request before it waits for a slot (or for a retry),
+            # and after a stop such a request must not go out.
+            if self._stop_requested:
+                withheld = True
+                raise _Withheld  # not retried: classified as an internal error
+            return await self._call(client, request, timeout)
+
         outcome = await call_with_retries(
-            lambda timeout: self._call(client, request, timeout),
+            attempt,
             limiter=ctx.limiter,
             policy=self.retry_policy,
             errors=self.sdk_errors,
@@ -326,6 +366,8 @@ class HostedAPIBackend(Backend):
             describe=f"{self.name} {request.model.model_id}",
             scrub=self._scrub,
         )
+        if withheld:
+            return None
         if outcome.error is not None:
             return self._failed(request, outcome.error)
         result = outcome.value
@@ -380,6 +422,8 @@ class HostedAPIBackend(Backend):
         try:
             state = self._load_state(path)
             if state is None:
+                if self._stop_requested:
+                    return
                 state = await self._batch_submit(ctx, client, requests, digest)
                 state.update(provider=self.name, keys_sha256=digest, n_requests=len(requests), submitted_at=utc_now())
                 # Persisted before the first poll: from here on a crash costs a poll, not a resubmission.
@@ -400,6 +444,9 @@ class HostedAPIBackend(Backend):
                 ended, status, batch = await self._batch_poll(ctx, client, state)
                 if ended:
                     break
+                if self._stop_requested:
+                    # The batch id is kept: the rerun polls this batch instead of paying again.
+                    return
                 if self.batch_max_wait_s is not None and waited >= self.batch_max_wait_s:
                     message = (
                         f"batch {batch_id} still {status} after waiting {waited:.1f}s; "

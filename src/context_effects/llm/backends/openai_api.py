@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from context_effects.llm.backends.hosted import HostedAPIBackend, RunContext
+from context_effects.llm.replies import REFUSAL
 from context_effects.llm.retry import SDKErrors
 from context_effects.llm.types import LLMRequest, LLMResult
 
@@ -24,6 +25,8 @@ COMPLETION_ENDPOINT = "/v1/completions"
 # OpenAI's caps on alternatives per position: chat top_logprobs <= 20, legacy completions logprobs <= 5.
 CHAT_TOP_LOGPROBS_MAX = 20
 TERMINAL_BATCH_STATUSES = {"completed", "failed", "expired", "cancelled"}
+# How much of a refusal message goes into a result's notes.
+REFUSAL_NOTE_CHARS = 300
 
 
 def _sdk() -> Any:
@@ -204,12 +207,17 @@ class OpenAIBackend(HostedAPIBackend):
             raise ValueError("response has no choices")
         choice = choices[0]
         top: dict[str, float] | None = None
-        error = None
+        finish_reason = choice.get("finish_reason")
         if endpoint == CHAT_ENDPOINT:
             message = choice.get("message") or {}
             text = message.get("content")
-            if text is None and message.get("refusal"):
-                error = f"model refused: {message['refusal']}"
+            if message.get("refusal"):
+                # A refusal is a reply, paid for like any other: returned as an answer
+                # with no text and finish reason "refusal", so it is stored and the
+                # runner re-asks it and finally records it missing with that reason
+                # (llm/replies.py, no_answer_reason) instead of failing every rerun.
+                notes.append(f"refusal (finish_reason={finish_reason}): {message['refusal'][:REFUSAL_NOTE_CHARS]}")
+                finish_reason = REFUSAL
             content = (choice.get("logprobs") or {}).get("content") or []
             if content:
                 first = content[0]
@@ -225,6 +233,11 @@ class OpenAIBackend(HostedAPIBackend):
             if tokens and token_lps and token_lps[0] is not None:
                 top = top or {}
                 top.setdefault(tokens[0], float(token_lps[0]))
+        if text is None:
+            # content: null - a refusal, or an empty reply when there is none.
+            if finish_reason != REFUSAL:
+                notes.append("no content in the reply")
+            text = ""
         wants_lp = request.sampling.logprobs is not None or bool(request.sampling.probe_tokens)
         if wants_lp and top is None and text:
             notes.append("no logprobs in the response")
@@ -239,14 +252,13 @@ class OpenAIBackend(HostedAPIBackend):
         return self._result(
             request,
             text=text,
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=finish_reason,
             tokens_in=tokens_in,
             tokens_out=tokens_out,
             first_token_logprobs=top,
             probe_probs=probe_probabilities(top, request.sampling.probe_tokens),
             cost_usd=self._cost(request.model.model_id, tokens_in, tokens_out, batch=bool(batch_id)),
             notes="; ".join(n for n in notes if n),
-            error=error,
         )
 
     async def _call(self, client: Any, request: LLMRequest, timeout: float) -> LLMResult:

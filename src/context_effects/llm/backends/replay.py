@@ -19,7 +19,7 @@ from context_effects.llm.types import LLMRequest, LLMResult
 class ReplayMiss(LookupError):
     """A request that the store cannot answer."""
 
-    def __init__(self, request: LLMRequest, n_missing: int = 1) -> None:
+    def __init__(self, request: LLMRequest, n_missing: int = 1, hint: str = "") -> None:
         self.request = request
         self.key = request.key
         self.n_missing = n_missing
@@ -29,9 +29,11 @@ class ReplayMiss(LookupError):
         if request.model.revision:
             model += f"@{request.model.revision}"
         more = f" (and {n_missing - 1} more misses in this batch)" if n_missing > 1 else ""
+        # ``hint``: e.g. that the answer was in a damaged segment the store moved aside.
+        why = f"; {hint}" if hint else ""
         super().__init__(
             f"replay miss: no stored response for model={model} attempt={request.attempt} "
-            f"sample_index={request.sample_index} last message={snippet!r} key={request.key}{more}"
+            f"sample_index={request.sample_index} last message={snippet!r} key={request.key}{more}{why}"
         )
 
     def __str__(self) -> str:  # LookupError would repr() the message
@@ -58,7 +60,7 @@ class ReplayBackend(Backend):
             found.update(self.store.get_many(r.key for r in missing))
             missing = [r for r in requests if r.key not in found]
         if missing:
-            raise ReplayMiss(missing[0], len(missing))
+            raise ReplayMiss(missing[0], len(missing), self.store.lost_answer_hint(missing[0].key))
         for r in requests:
             # Results keep their original backend/engine: provenance of the answer, not of the replay.
             yield found[r.key]

@@ -1,0 +1,161 @@
+"""Configuration checks that need more than the config file itself.
+
+``validate_config`` (``context_effects.config``) checks the schema and the references
+between sections. The checks here need something else, and the workflow runs them
+while it is parsed, before any job:
+
+- ``check_config_files``: the files given with ``--configfile``. Snakemake parses them
+  itself (YAML 1.1, a repeated key silently last-wins) before the Snakefile runs;
+  ``workflow/rules/common.smk`` reads them again with the strict loader.
+- ``design_problems``: designs the data cannot support (Study H tasks beyond a
+  dataset's items, AMEL domains in which no history can be built). Called by
+  ``validate_config``; item files are read only when it is given the working
+  directory, which the workflow does.
+- ``history_shortfalls``: AMEL histories longer than a domain's other items. Those
+  are allowed — the history cycles and every request records ``history_repeats``
+  (``docs/deviations.yaml``, amel-history-construction; the paper's 50-turn histories
+  of the 24-item code-review domain do so) — and ``validate_config`` logs a warning.
+- ``check_resource_names``: a ``resources:`` entry must name a rule; the rule names
+  are known only after every rule file is included, so the ``Snakefile`` calls it last.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from context_effects.config import ConfigError, load_config
+
+log = logging.getLogger(__name__)
+
+Config = Mapping[str, Any]
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Read every config file strictly (``context_effects.config.load_config``); ConfigError on the first bad one."""
+    for path in paths:
+        load_config(path)
+
+
+def check_resource_names(config: Config, rule_names: Iterable[str]) -> None:
+    """Every key of ``resources:`` must be a rule of the workflow; ConfigError listing the rules otherwise."""
+    rules = sorted(set(rule_names))
+    problems = []
+    for name in sorted(config.get("resources") or {}):
+        if name in rules:
+            continue
+        close = difflib.get_close_matches(name, rules, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        problems.append(f"`resources.{name}` names no rule of this workflow; {hint}rules: {', '.join(rules)}")
+    if problems:
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")
+
+
+# --------------------------------------------------------------------------- designs
+
+
+def _amel_on(cfg: Config) -> bool:
+    # The study runs only with models (context_effects.amel.dag.enabled).
+    return bool(cfg["amel"]["enabled"] and cfg["amel"]["models"])
+
+
+def _anchoring_on(cfg: Config) -> bool:
+    # The study runs only with judges (context_effects.anchoring.dag.enabled).
+    return bool(cfg["anchoring"]["enabled"] and cfg["anchoring"]["judges"])
+
+
+def history_lengths(amel: Config) -> list[int]:
+    """Every history length k the AMEL design asks (the k's of ``context_effects.amel.design.design_cells``)."""
+    ks = set(amel["history_lengths"])
+    if amel["positions"]:
+        ks.add(amel["position_history_length"])
+    if amel["framing_swap"]:
+        ks |= set(amel["framing_history_lengths"])
+    return sorted(int(k) for k in ks)
+
+
+def _item_file_others(cfg: Config, domain: str, path: Path) -> int:
+    """Fewest items outside a test item's group in an item-file domain: the most one history can hold
+    without repeating (``DomainItems.history`` in ``context_effects.amel.design``).
+
+    Raises AmelItemError when the file is missing or broken, or no history can be built."""
+    from context_effects.amel.items import load_item_file, select_items
+
+    amel = cfg["amel"]
+    items = select_items(load_item_file(path, domain), amel["items_per_domain"], amel["seed"])
+    sizes = items["group"].map(items["group"].value_counts())
+    return int((len(items) - sizes[items["is_test"]]).min())
+
+
+def _benchmark_others(cfg: Config, dataset: str) -> int:
+    # Each sampled question gives `answers_per_question` verification items sharing one
+    # group (context_effects.amel.items.verification_items), so a test item's history
+    # can draw on the other questions' items only.
+    per_question = int(cfg["amel"]["answers_per_question"])
+    return (int(cfg["datasets"][dataset]["n_items"]) - 1) * per_question
+
+
+def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]:
+    """Designs the data cannot support; item files are read (relative to ``workdir``) only when it is given."""
+    problems: list[str] = []
+    datasets = cfg["datasets"]
+    if _anchoring_on(cfg):
+        n_tasks = cfg["anchoring"]["tasks_per_dataset"]
+        for d in cfg["anchoring"]["benchmark_datasets"]:
+            if d in datasets and n_tasks > datasets[d]["n_items"]:
+                problems.append(
+                    f"`anchoring.tasks_per_dataset` = {n_tasks} but `datasets.{d}.n_items` = {datasets[d]['n_items']}: "
+                    f"each Study H task takes one sampled item of {d}; lower `anchoring.tasks_per_dataset` to at most "
+                    f"{datasets[d]['n_items']} or raise `datasets.{d}.n_items`"
+                )
+    if _amel_on(cfg):
+        for d in cfg["amel"]["benchmark_datasets"]:
+            if d in datasets and _benchmark_others(cfg, d) < 1:
+                problems.append(
+                    f"AMEL domain {d!r}: a history needs items of another question, but `datasets.{d}.n_items` = "
+                    f"{datasets[d]['n_items']} gives one question (its verification items share a group); raise "
+                    f"`datasets.{d}.n_items` to at least 2 or remove {d} from `amel.benchmark_datasets`"
+                )
+        if workdir is not None:
+            from context_effects.amel.items import AmelItemError
+
+            for domain, rel in cfg["amel"]["item_files"].items():
+                try:
+                    _item_file_others(cfg, domain, Path(workdir) / rel)
+                except AmelItemError as exc:
+                    problems.append(f"`amel.item_files.{domain}` = {rel!r}: {exc}")
+    return problems
+
+
+def history_shortfalls(cfg: Config, workdir: str | Path | None = None) -> list[tuple[str, int, int]]:
+    """(domain, k, items available) for every AMEL history length k longer than a domain's
+    other items, so that its history repeats items; item files only with ``workdir``."""
+    if not _amel_on(cfg):
+        return []
+    available: dict[str, int] = {
+        d: _benchmark_others(cfg, d) for d in cfg["amel"]["benchmark_datasets"] if d in cfg["datasets"]
+    }
+    if workdir is not None:
+        from context_effects.amel.items import AmelItemError
+
+        for domain, rel in cfg["amel"]["item_files"].items():
+            try:
+                available[domain] = _item_file_others(cfg, domain, Path(workdir) / rel)
+            except AmelItemError:
+                continue  # reported by design_problems
+    ks = history_lengths(cfg["amel"])
+    return [(domain, k, n) for domain, n in available.items() for k in ks if n >= 1 and k > n]
+
+
+def warn_history_shortfalls(cfg: Config, workdir: str | Path | None = None) -> None:
+    for domain, k, n in history_shortfalls(cfg, workdir):
+        log.warning(
+            "AMEL domain %r: a history of %d turns is longer than the %d items outside a test item's group, so "
+            "items repeat in it (each request records history_repeats); add items or lower the history length "
+            "if that is not intended",
+            domain, k, n,
+        )

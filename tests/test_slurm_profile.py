@@ -105,9 +105,10 @@ def _by_rule(sbatch_calls: list[list[str]]) -> dict[str, str]:
 
 
 def test_slurm_profile_submits_with_per_rule_resources(workdir):
-    # Ready at once on the demo config: 3 item tables, the manifest, the model conversion
-    # and the offline NLTK data; wait for all six (submission order is not fixed).
-    calls = _submit(workdir, REPO / "config" / "demo.yaml", n_expected=6)
+    # Ready at once on the demo config: 3 item tables, the manifest, the model conversion,
+    # the offline NLTK data and the AMEL code-review items (read from a file the project
+    # ships); wait for all seven (submission order is not fixed).
+    calls = _submit(workdir, REPO / "config" / "demo.yaml", n_expected=7)
     lines = _by_rule(calls)
     assert {"build_items", "run_manifest", "convert_gguf_model"} <= set(lines), lines
     for rule, line in lines.items():

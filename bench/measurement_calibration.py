@@ -11,10 +11,25 @@ draws is uniform. Reported for γ_j and η (the cells): coverage of the 50/90/95
 intervals with its binomial standard error, a chi-square test of rank uniformity,
 the mean posterior SD, and sampler health (max R-hat, divergences).
 
+``--generator-mean`` calibrates this project's sensitivity variant instead
+(``ModelOptions.generator_mean``): each replicate also draws one baseline mean per
+generator from its prior, μ_g ~ N(0, 1), simulates b_t ~ N(μ_g, σ_b), fits the variant,
+and reports μ_g as a third block. ``--scale s`` sets the design to a fraction of the
+paper's: round(500·s) items, 4 generators × 8 answers per trial (Round 1, no-peer, three
+peer conditions × two authority variants), 4 judges (``--items``/``--generators``/``--judges``
+still override it).
+
 Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
 
     .venv/bin/python bench/measurement_calibration.py [--replicates 50] [--items 8]
         [--generators 2] [--judges 3] [--warmup 300] [--samples 300] [--chains 2] [--json out.json]
+        [--generator-mean] [--scale 0.25]
+
+The variant at 1/4 paper scale (125 items × 4 generators × 8 answers = 4,000 answers and
+4 judges per replicate; not timed here, far slower than the defaults)::
+
+    .venv/bin/python bench/measurement_calibration.py --generator-mean --scale 0.25 \
+        --replicates 20 --json calibration_generator_mean_quarter.json
 """
 
 from __future__ import annotations
@@ -47,14 +62,22 @@ from context_effects.measurement import (  # noqa: E402
 LEVELS = (0.5, 0.9, 0.95)
 RANK_BINS = 10
 BLOCKS = ("gamma", "eta")
+#: The paper's design (seed 002 §2.2): items per dataset, generators, judges.
+PAPER_ITEMS, PAPER_GENERATORS, PAPER_JUDGES = 500, 4, 4
 
 
-def prior_draw(rng: np.random.Generator, generators, judges) -> dict:
-    """One parameter set from the App. C.1 priors, in ``simulate_ratings``'s arguments."""
+def blocks_of(args) -> tuple[str, ...]:
+    return (*BLOCKS, "mu_gen") if args.generator_mean else BLOCKS
+
+
+def prior_draw(rng: np.random.Generator, generators, judges, generator_mean: bool = False) -> dict:
+    """One parameter set from the App. C.1 priors, in ``simulate_ratings``'s arguments (with
+    ``generator_mean``, also μ_g ~ N(0, 1) per generator, drawn last so the other values
+    match the paper-model draw of the same seed)."""
     from context_effects.conformity.conditions import PEER_CONDITIONS
 
     cells = ("no_peer", *PEER_CONDITIONS)
-    return {
+    draw = {
         "sigma_b": float(abs(rng.normal())),
         "sigma_theta": float(abs(rng.normal())),
         "eta": {(g, c): float(rng.normal()) for g in generators for c in cells},
@@ -63,25 +86,29 @@ def prior_draw(rng: np.random.Generator, generators, judges) -> dict:
         "gamma": rng.normal(0.0, 0.5, len(judges)).tolist(),
         "kappa": np.sort(rng.normal(0.0, 1.0, 4)).tolist(),
     }
+    if generator_mean:
+        draw["generator_mean"] = rng.normal(0.0, 1.0, len(generators)).tolist()
+    return draw
 
 
 def replicate(seed: int, args) -> dict:
     rng = np.random.default_rng(10_000 + seed)
     generators = tuple(f"gen{i}" for i in range(args.generators))
     judges = tuple(f"judge{i}" for i in range(args.judges))
-    params = prior_draw(rng, generators, judges)
+    params = prior_draw(rng, generators, judges, args.generator_mean)
     table, truth = simulate_ratings(
         n_items=args.items, generators=generators, judges=judges, seed=seed, theta_anchor=1.5, **params
     )
     data = prepare_data(table)
     fit = fit_nuts(data, chains=args.chains, warmup=args.warmup, samples=args.samples, seed=seed,
-                   precision="float64", theta_anchor=1.5)
+                   precision="float64", theta_anchor=1.5, generator_mean=args.generator_mean)
     blocks = derived_blocks(fit.samples, data)
-    true = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth.as_params(data).items()}, data)
-    diag = diagnostics(fit, blocks=("gamma", "eta"))
+    truth_params = truth.as_params(data, generator_mean=args.generator_mean)
+    true = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth_params.items()}, data)
+    diag = diagnostics(fit, blocks=blocks_of(args))
     out = {"seed": seed, "max_rhat": diag["max_rhat"], "divergences": diag["divergences"],
            "min_ess_bulk": diag["min_ess_bulk"], "seconds": fit.timings["total_s"]}
-    for name in BLOCKS:
+    for name in blocks_of(args):
         draws = blocks[name].draws.reshape(-1, blocks[name].draws.shape[-1])
         t = true[name].draws[0, 0]
         out[name] = {
@@ -95,9 +122,9 @@ def replicate(seed: int, args) -> dict:
     return out
 
 
-def summarise(results: list[dict]) -> dict:
+def summarise(results: list[dict], blocks=BLOCKS) -> dict:
     summary = {"replicates": len(results)}
-    for name in BLOCKS:
+    for name in blocks:
         s = {}
         for q in LEVELS:
             cov = np.concatenate([r[name]["covered"][str(q)] for r in results]).astype(float)
@@ -120,14 +147,29 @@ def summarise(results: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicates", type=int, default=50)
-    ap.add_argument("--items", type=int, default=8)
-    ap.add_argument("--generators", type=int, default=2)
-    ap.add_argument("--judges", type=int, default=3)
+    ap.add_argument("--items", type=int, default=None, help="items (default 8, or round(500 * scale))")
+    ap.add_argument("--generators", type=int, default=None, help="generators (default 2, or 4 with --scale)")
+    ap.add_argument("--judges", type=int, default=None, help="judges (default 3, or 4 with --scale)")
+    ap.add_argument("--scale", type=float, default=None,
+                    help="fraction of the paper's design: round(500 * scale) items, 4 generators, 4 judges "
+                         "(8 answers per trial either way)")
+    ap.add_argument("--generator-mean", action="store_true",
+                    help="calibrate the generator-mean variant (mu_g ~ N(0, 1) drawn and fitted)")
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--json", help="also write per-replicate results and the summary here")
     args = ap.parse_args()
+    if args.scale is not None and not args.scale > 0:
+        ap.error("--scale must be positive")
+    paper = args.scale is not None
+    if args.items is None:
+        args.items = max(1, round(PAPER_ITEMS * args.scale)) if paper else 8
+    if args.generators is None:
+        args.generators = PAPER_GENERATORS if paper else 2
+    if args.judges is None:
+        args.judges = PAPER_JUDGES if paper else 3
+    blocks = blocks_of(args)
     t0 = time.perf_counter()
     results = []
     for seed in range(args.replicates):
@@ -139,22 +181,26 @@ def main() -> None:
             jax.clear_caches()
             gc.collect()
         r = results[-1]
+        mu = (f"μ_g covered {sum(r['mu_gen']['covered']['0.95'])}/{args.generators}, "
+              if args.generator_mean else "")
         print(f"replicate {seed:3d}: γ covered {sum(r['gamma']['covered']['0.95'])}/{args.judges}, "
-              f"η covered {sum(r['eta']['covered']['0.95'])}/{len(r['eta']['covered']['0.95'])}, "
+              f"η covered {sum(r['eta']['covered']['0.95'])}/{len(r['eta']['covered']['0.95'])}, {mu}"
               f"R-hat {r['max_rhat']:.3f}, divergences {r['divergences']}, {r['seconds']:.1f} s", flush=True)
         if args.json:  # after every replicate, so an interrupted run keeps what it computed
             Path(args.json).write_text(json.dumps({"replicates": results}) + "\n")
-    s = summarise(results)
+    s = summarise(results, blocks)
     s["settings"] = vars(args)
     s["wall_seconds"] = time.perf_counter() - t0
     print()
-    print(f"Calibration over {s['replicates']} prior draws ({args.items} items × {args.generators} generators × "
-          f"{args.judges} judges; NUTS {args.chains} × ({args.warmup} + {args.samples}), float64):")
-    for name in BLOCKS:
+    model = "generator-mean variant (b_t ~ N(mu_g, sigma_b))" if args.generator_mean else "paper model"
+    print(f"Calibration of the {model} over {s['replicates']} prior draws ({args.items} items × {args.generators} "
+          f"generators × 8 answers per trial × {args.judges} judges; NUTS {args.chains} × ({args.warmup} + "
+          f"{args.samples}), float64):")
+    for name in blocks:
         b = s[name]
         cov = ", ".join(f"{int(q * 100)}%: {b[f'coverage_{int(q * 100)}']:.3f} ± {b[f'coverage_{int(q * 100)}_se']:.3f}"
                         for q in LEVELS)
-        print(f"  {name:5s} ({b['n_coordinates']} coordinates) coverage {cov}; rank uniformity χ² p = "
+        print(f"  {name:6s} ({b['n_coordinates']} coordinates) coverage {cov}; rank uniformity χ² p = "
               f"{b['rank_chi2_p']:.2f} (counts {b['rank_counts']}); mean posterior SD {b['mean_posterior_sd']:.3f}, "
               f"RMSE {b['rmse']:.3f}")
     print(f"  max R-hat {s['max_rhat']:.3f}; replicates with divergences: {s['replicates_with_divergences']}; "

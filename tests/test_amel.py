@@ -451,7 +451,7 @@ def test_every_registered_table_and_figure_is_written(tmp_path, monkeypatch):
         tex = (tmp_path / f"results/tables/amel/{spec.name}.tex").read_text()
         assert rf"\label{{tab:amel-{spec.name}}}" in tex and "Synthetic backend" in tex
     for spec in REGISTRY.figures("analysis"):
-        out = {ext: f"results/figures/amel/{spec.name}.{ext}" for ext in spec.formats}
+        out = {ext: f"figures/amel/{spec.name}.{ext}" for ext in spec.formats}
         draw_registered_figure("amel", spec.name, spec.inputs(cfg), spec.settings(cfg), out)
         for path in out.values():
             assert (tmp_path / path).stat().st_size > 1000, path

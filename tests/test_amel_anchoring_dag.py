@@ -71,7 +71,7 @@ def test_amel_rule_settings_are_exactly_what_each_job_reads(demo):
 def test_amel_targets_are_the_registry_files(demo):
     files = amel_dag.targets(demo)
     assert files == [f"results/tables/amel/{n}.{e}" for n in AMEL_NAMES for e in ("csv", "tex")] + [
-        f"results/figures/amel/{n}.{e}" for n in AMEL_NAMES for e in ("pdf", "png")
+        f"figures/amel/{n}.{e}" for n in AMEL_NAMES for e in ("pdf", "png")
     ]
     assert amel_dag.targets(changed(demo, "amel", "enabled", False)) == []
     assert amel_dag.targets(changed(demo, "amel", "models", [])) == []
@@ -126,7 +126,7 @@ def test_anchoring_targets_and_registry(demo):
     assert anchoring_dag.targets(demo) == (
         ["results/anchoring/runs/smollm2-135m.json"]
         + [f"results/tables/anchoring/{n}.{e}" for n in tables for e in ("csv", "tex")]
-        + [f"results/figures/anchoring/pull_distribution.{e}" for e in ("pdf", "png")]
+        + [f"figures/anchoring/pull_distribution.{e}" for e in ("pdf", "png")]
     )
     assert anchoring_dag.targets(changed(demo, "anchoring", "enabled", False)) == []
     assert anchoring_dag.targets(changed(demo, "anchoring", "judges", [])) == []

@@ -41,7 +41,7 @@ def test_amel_rules_from_items_to_tables_recover_planted_bias(workdir):
     # Three tables and one figure through their rules (every table and figure function
     # is built in-process in test_amel.py: each Snakemake job costs seconds of start-up).
     tables = ("effects", "asymmetry", "framing")
-    targets = [f"results/tables/amel/{name}.tex" for name in tables] + ["results/figures/amel/effects.png"]
+    targets = [f"results/tables/amel/{name}.tex" for name in tables] + ["figures/amel/effects.png"]
     res = run_snakemake("--cores", "2", *args, *targets)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for name in tables:
@@ -49,7 +49,7 @@ def test_amel_rules_from_items_to_tables_recover_planted_bias(workdir):
             assert (workdir / path).stat().st_size > 0, path
         assert "Synthetic backend" in (workdir / f"results/tables/amel/{name}.tex").read_text()
     for ext in ("pdf", "png"):
-        assert (workdir / f"results/figures/amel/effects.{ext}").stat().st_size > 0
+        assert (workdir / f"figures/amel/effects.{ext}").stat().st_size > 0
     items = pd.read_parquet(workdir / "results/amel/items/code_review.parquet")
     assert len(items) == 24 and items["is_test"].sum() == 16
     bs = pd.read_parquet(workdir / "results/amel/bias_scores.parquet")

@@ -116,7 +116,7 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
     tex = (workdir / "results/tables/anchoring/pull.tex").read_text()
     assert "Synthetic backend" in tex and r"\label{tab:anchoring-pull}" in tex
     for ext in ("pdf", "png"):
-        assert (workdir / f"results/figures/anchoring/pull_distribution.{ext}").stat().st_size > 0
+        assert (workdir / f"figures/anchoring/pull_distribution.{ext}").stat().st_size > 0
 
     # Rescoring the same responses writes the same bytes: the date is the responses', not the clock's.
     cfg = validate_config(_config(str(task_file)))

@@ -213,7 +213,7 @@ def test_rules_end_to_end_recover_planted_condition_order(workdir):
                                                                "flip_share", "parse_failures")]
     res = run_snakemake("--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
                         "--configfile=" + str(workdir / "config.yaml"), *targets,
-                        "results/figures/conformity/rating_distributions.pdf")
+                        "figures/conformity/rating_distributions.pdf")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     t2 = pd.read_csv(workdir / "results/tables/conformity/table2.csv").iloc[0]
     eta = planted_effects("gen-sim", E2E["models"]["gen-sim"]["synthetic"])["conformity"]["eta"]

@@ -164,7 +164,10 @@ def test_study_outputs_hold_every_registered_file(paper):
         reg = registry(study)
         assert set(reg.files(paper)) <= out, study
     assert "results/tables/conformity/table3.tex" in out
-    assert "results/figures/conformity/rating_distributions.png" in out
+    assert "figures/conformity/rating_distributions.png" in out
+    assert "results/figures/conformity/rating_distributions.csv" in out  # the numbers it plots
+    assert {"figures/conformity/eta_forest.pdf", "figures/conformity/gamma_forest.png"} <= out
+    assert all(f.startswith("figures/") for f in dag.report_figures(paper))
     assert all(f.endswith(".csv") for f in dag.report_tables(paper))
 
 

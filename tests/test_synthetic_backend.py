@@ -13,7 +13,15 @@ from context_effects.amel.synthetic import amel_expected_bias_score, amel_p_yes
 from context_effects.anchoring.synthetic import anchoring_blind_mean
 from context_effects.conformity.replies import parse_rating, rating_policy
 from context_effects.conformity.synthetic import DEFAULTS, parse_quality_tag, rating_probabilities, trial_baseline
-from context_effects.llm.backends.synthetic import ENGINE_VERSION, SyntheticBackend, model_revision, planted_effects
+from context_effects.amel.synthetic import DEFAULTS as AMEL_DEFAULTS
+from context_effects.anchoring.synthetic import DEFAULTS as ANCHORING_DEFAULTS
+from context_effects.llm.backends.synthetic import (
+    ENGINE_VERSION,
+    SyntheticBackend,
+    model_revision,
+    parameter_names,
+    planted_effects,
+)
 from context_effects.conformity.replies import RATING_SCHEMA
 from context_effects.llm.replies import ReplyPolicy
 from context_effects.llm.runner import run_requests
@@ -79,34 +87,58 @@ def test_unknown_params_rejected():
         SyntheticBackend(model_name=MODEL, params={"eta": {"peer_wrongg": -1}})
     with pytest.raises(ValueError, match="kappa"):
         SyntheticBackend(model_name=MODEL, params={"kappa": [1, 0, 2, 3]})
-    with pytest.raises(ValueError, match="profile"):
+    with pytest.raises(ValueError, match="unknown synthetic profile 'nope'; allowed: none, qwen"):
         SyntheticBackend(model_name=MODEL, params={"profile": "nope"})
+    # The name-chosen profile is gone: asking for it says to name a family instead.
+    with pytest.raises(ValueError, match=r"'auto' is no longer supported.*name it \(profile: qwen \| mistral"):
+        SyntheticBackend(model_name=MODEL, params={"profile": "auto"})
 
 
-def test_params_and_profiles():
-    pe = planted_effects(MODEL, {"gamma": 0.2, "eta": {"peer_wrong": -0.9}})
+def test_planted_values_are_the_defaults_plus_the_config_whatever_the_name():
+    """No hidden layer: a model named after a family gets exactly defaults ⊕ its params
+    (a judge set to γ = 0 is planted with γ = 0, not its family's γ)."""
+    for name in ("syn-gemma-2-9b", "syn-mistral-7b", "qwen-sim", "anything"):
+        pe = planted_effects(name, {"gamma": 0.0, "eta": {"peer_wrong": -0.9}})
+        assert pe["profile"] is None and pe["params"]["profile"] == "none"
+        assert pe["conformity"]["judge"]["gamma"] == 0.0
+        assert pe["conformity"]["eta"] == {"round1": 0.0, **DEFAULTS["eta"], "peer_wrong": -0.9}
+        assert pe["conformity"]["judge"]["alpha"] == DEFAULTS["alpha"]
+        assert pe["conformity"]["quality_mean"] == DEFAULTS["quality_mean"]
+        assert pe["amel"]["conformity"] == AMEL_DEFAULTS["amel_conformity"]
+        assert pe["anchoring"]["bias"] == ANCHORING_DEFAULTS["anchoring_bias"]
+    # Nor does the name enter the values anywhere: two names, the same planted values.
+    a, b = planted_effects("syn-gemma-2-9b"), planted_effects("syn-llama-3-8b")
+    assert {k: v for k, v in a.items() if k != "model_name"} == {k: v for k, v in b.items() if k != "model_name"}
+    # Every planted parameter is a schema key of `synthetic:` and the other way round.
+    assert set(parameter_names()) == set(DEFAULTS) | set(AMEL_DEFAULTS) | set(ANCHORING_DEFAULTS) | {"profile"}
+
+
+def test_params_and_named_profiles():
+    pe = planted_effects(MODEL, {"profile": "mistral", "gamma": 0.2, "eta": {"peer_wrong": -0.9}})
     assert pe["profile"] == "mistral"
     assert pe["conformity"]["judge"]["gamma"] == 0.2
     assert pe["conformity"]["eta"]["peer_wrong"] == -0.9
     assert pe["conformity"]["eta"]["round1"] == 0.0
-    assert pe["conformity"]["eta"]["no_peer"] == -0.9 + 0.9 + 0.03  # rest of the profile kept
+    assert pe["conformity"]["eta"]["no_peer"] == -0.9 + 0.9 + 0.03  # rest of the named profile kept
     generic = planted_effects("anything", {"profile": "none"})
     assert generic["profile"] is None and generic["conformity"]["eta"]["peer_wrong"] == DEFAULTS["eta"]["peer_wrong"]
-    # The default panel has judges on both sides of neutral (seed 002 Table 4).
+    # The built-in panel has judges on both sides of neutral (seed 002 Table 4), when named.
     gammas = {
-        f: planted_effects(f"syn-{f}")["conformity"]["judge"]["gamma"] for f in ("qwen", "mistral", "gemma", "llama")
+        f: planted_effects("judge", {"profile": f})["conformity"]["judge"]["gamma"]
+        for f in ("qwen", "mistral", "gemma", "llama")
     }
     assert gammas["mistral"] > 0.3 and gammas["gemma"] < -0.2 and gammas["llama"] < -0.2 and abs(gammas["qwen"]) < 0.05
     for f in ("qwen", "mistral", "gemma", "llama"):
-        eta = planted_effects(f"syn-{f}")["conformity"]["eta"]
+        eta = planted_effects("generator", {"profile": f})["conformity"]["eta"]
         assert min(eta, key=eta.get) == "peer_wrong"
     d = pe["conformity"]["decomposition"]
     assert d["delta_sp"] + d["delta_content"]["wrong"] + d["delta_pp"]["wrong"] == pytest.approx(-0.9)
     # Planted values are part of the model revision, so changed params never hit old cache entries.
     assert model_revision(MODEL) != model_revision(MODEL, {"gamma": 0.2}) != model_revision(MODEL, seed=1)
+    assert model_revision(MODEL) != model_revision(MODEL, {"profile": "mistral"})
     b = SyntheticBackend(model_name=MODEL)
     stale = dataclasses.replace(
-        req(gen_meta("i", "round1")), model=ModelRef("synthetic", MODEL, revision=model_revision(MODEL, {"gamma": 0}))
+        req(gen_meta("i", "round1")), model=ModelRef("synthetic", MODEL, revision=model_revision(MODEL, {"gamma": 1}))
     )
     assert "revision" in one(b, stale).error
     fresh = dataclasses.replace(stale, model=ModelRef("synthetic", MODEL, revision=b.revision))
@@ -229,10 +261,10 @@ def test_judge_frequencies_match_ordered_logistic_and_failures_are_reasked(tmp_p
     assert RATING_SCHEMA["required"] == ["rating"]
 
 
-@pytest.mark.parametrize("judge", ["syn-mistral-7b", "syn-gemma-2-9b"])
+@pytest.mark.parametrize("judge, gamma", [("syn-mistral-7b", 0.64), ("syn-gemma-2-9b", -0.33)])
 @pytest.mark.parametrize("d", [1, -1])
-def test_informed_shift_has_sign_of_gamma_times_d(judge, d):
-    b = SyntheticBackend(model_name=judge, params={"parse_failure_rate": 0.0})
+def test_informed_shift_has_sign_of_gamma_times_d(judge, gamma, d):
+    b = SyntheticBackend(model_name=judge, params={"gamma": gamma, "parse_failure_rate": 0.0})
     pj = b.planted_effects()["conformity"]["judge"]
     n = 1500
     means = {}
@@ -243,7 +275,7 @@ def test_informed_shift_has_sign_of_gamma_times_d(judge, d):
         ]
         means[pas] = np.mean(rs)
     shift = means["informed"] - means["blind"]
-    assert np.sign(shift) == np.sign(pj["gamma"] * d)
+    assert pj["gamma"] == gamma and np.sign(shift) == np.sign(gamma * d)
     k = np.arange(1, 6)
     mu_b = pj["alpha"] * (0.0 - pj["beta"])
     exp_shift = (

@@ -63,7 +63,7 @@ def test_rule_all_collects_every_study(workdir):
         assert (rules_dir / study_file).exists()
     snakefile = (REPO / "Snakefile").read_text()
     # rule all: every study's outputs (context_effects.dag.study_outputs) and the paper's.
-    for target in ("dag.study_outputs(config)", "dag.paper_targets()"):
+    for target in ("dag.study_outputs(config)", "dag.paper_targets(config)"):
         assert target in snakefile
 
 

@@ -17,6 +17,10 @@ while it is parsed, before any job:
   of the 24-item code-review domain do so) — and ``validate_config`` logs a warning.
 - ``check_resource_names``: a ``resources:`` entry must name a rule; the rule names
   are known only after every rule file is included, so the ``Snakefile`` calls it last.
+- ``synthetic_problems`` (called by ``design_problems``): every synthetic model's planted
+  values resolve (what the schema cannot say: increasing cutpoints, ``[lo, hi]`` order),
+  and the anchor scale the synthetic generators plant equals ``conformity.fit.theta_anchor``,
+  the scale the fit pins the anchors at.
 """
 
 from __future__ import annotations
@@ -99,9 +103,49 @@ def _benchmark_others(cfg: Config, dataset: str) -> int:
     return (int(cfg["datasets"][dataset]["n_items"]) - 1) * per_question
 
 
-def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]:
-    """Designs the data cannot support; item files are read (relative to ``workdir``) only when it is given."""
+def _synthetic_models(cfg: Config) -> list[str]:
+    return sorted(name for name, m in cfg["models"].items() if m.get("backend") == "synthetic")
+
+
+def synthetic_problems(cfg: Config) -> list[str]:
+    """Synthetic models whose planted values cannot be resolved, and a planted anchor scale
+    that differs from the one the Study C fit assumes."""
+    names = _synthetic_models(cfg)
+    if not names:
+        return []
+    from context_effects.llm.backends.synthetic import effective_params
+
     problems: list[str] = []
+    planted: dict[str, dict[str, Any]] = {}
+    for name in names:
+        try:
+            planted[name] = effective_params(name, cfg["models"][name].get("synthetic") or {})[0]
+        except ValueError as exc:
+            problems.append(f"`models.{name}.synthetic`: {exc}")
+    conf = cfg["conformity"]
+    if conf["enabled"]:
+        fit_theta = float(conf["fit"]["theta_anchor"])
+        for gen in conf["generators"]:
+            if gen not in planted:
+                continue
+            theta = planted[gen]["theta_anchor"]
+            if theta == fit_theta:
+                continue
+            given = "theta_anchor" in (cfg["models"][gen].get("synthetic") or {})
+            problems.append(
+                f"`models.{gen}.synthetic.theta_anchor` = {theta:g}{'' if given else ' (the default)'} but "
+                f"`conformity.fit.theta_anchor` = {fit_theta:g}: the synthetic anchors are planted at ±{theta:g} "
+                f"while the fit pins them at ±{fit_theta:g}, so every fitted value would be read on another scale "
+                f"than the planted one; set both to the same value (`conformity.fit.theta_anchor: {theta:g}` or "
+                f"`models.{gen}.synthetic.theta_anchor: {fit_theta:g}`)"
+            )
+    return problems
+
+
+def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]:
+    """Designs the data cannot support; item files are read (relative to ``workdir``) only when it is given.
+    Includes ``synthetic_problems``."""
+    problems: list[str] = synthetic_problems(cfg)
     datasets = cfg["datasets"]
     if _anchoring_on(cfg):
         n_tasks = cfg["anchoring"]["tasks_per_dataset"]

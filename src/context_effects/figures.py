@@ -7,6 +7,8 @@ reviewer's diff see only real changes.
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +22,25 @@ _STABLE_METADATA = {
     ".png": {"Software": None},
     ".svg": {"Date": None, "Creator": None},
 }
+
+
+def add_note(fig: "plt.Figure", notes: Sequence[str], fontsize: float = 6.0, pad_in: float = 0.06):
+    """Print ``notes`` (a run's caveat, a legend remark) under everything already drawn.
+
+    The text goes below the lowest drawn element (tick labels, axis labels, a legend
+    below the axes), measured after a draw, so it never overlaps them, and it is wrapped
+    to the figure's width. ``save_figure``'s tight bounding box keeps it in the file.
+    Call it last, after the layout is final. Returns the text artist (None: no notes).
+    """
+    text = " ".join(n for n in notes if n)
+    if not text:
+        return None
+    fig.canvas.draw()
+    box = fig.get_tightbbox(fig.canvas.get_renderer())  # inches
+    width_in = max(box.width, fig.get_figwidth() * 0.6)
+    chars = max(40, int(width_in * 72 / (0.52 * fontsize)))
+    return fig.text(box.x0 / fig.get_figwidth(), (box.y0 - pad_in) / fig.get_figheight(),
+                    textwrap.fill(text, chars), fontsize=fontsize, ha="left", va="top")
 
 
 def save_figure(fig: "plt.Figure", path: str | Path) -> None:

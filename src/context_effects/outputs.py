@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -69,10 +70,12 @@ class TableSpec:
 
 @dataclass(frozen=True)
 class FigureSpec:
-    """One figure: ``results/figures/<study>/<name>.<ext>`` for each of ``formats``.
+    """One figure: ``figures/<study>/<name>.<ext>`` for each drawn format of ``formats``
+    (``pdf``, ``png``: the paper's figure files), and, where ``formats`` lists ``csv``,
+    the numbers it plots in ``results/figures/<study>/<name>.csv`` (``figure_outputs``).
 
     ``draw(inputs, settings)`` returns the Matplotlib figure and, where the figure
-    carries numbers a reader may want, the DataFrame it plots (written as ``data``).
+    carries numbers a reader may want, the DataFrame it plots (written as the CSV).
     """
 
     name: str
@@ -152,8 +155,21 @@ def report_caption(entry: TableSpec | FigureSpec, config: Mapping[str, Any]) -> 
     return "".join("\\" + ch if ch in "\\`*_|[]<>:" else ch for ch in caption)
 
 
+#: Where the figure files go (top level: the paper includes them from there) and where
+#: the data a figure plots goes (with the other results).
+FIGURE_DIR = "figures"
+FIGURE_DATA_DIR = "results/figures"
+
+
+def figure_path(study: str, name: str, ext: str) -> str:
+    """``figures/<study>/<name>.<ext>`` for a drawn format, ``results/figures/<study>/<name>.csv``
+    for the data it plots. The one place that decides where figures go."""
+    folder = FIGURE_DATA_DIR if ext == "csv" else FIGURE_DIR
+    return f"{folder}/{study}/{name}.{ext}"
+
+
 def figure_outputs(study: str, fig: FigureSpec) -> list[str]:
-    return [f"results/figures/{study}/{fig.name}.{ext}" for ext in fig.formats]
+    return [figure_path(study, fig.name, ext) for ext in fig.formats]
 
 
 #: The study packages that have a registry, by study name (the ``results/tables/<study>``
@@ -195,6 +211,7 @@ def draw_registered_figure(study: str, name: str, inputs: Inputs, settings: Sett
         if ext == "csv":
             if data is None:
                 raise ValueError(f"{study}/{name} lists a csv output but its drawing returned no data")
+            Path(outputs[ext]).parent.mkdir(parents=True, exist_ok=True)
             data.to_csv(outputs[ext], index=False)
         else:
             # save_figure closes the figure; a closed Agg figure still renders, so every

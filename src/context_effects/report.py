@@ -102,8 +102,41 @@ def injection_section(injection_paths: Sequence[str | Path]) -> list[str]:
     return lines
 
 
+def reproduction_section(path: str | Path | None) -> list[str]:
+    """How this run's numbers compare with the seed papers', by status (the rows are in
+    ``results/report/reproduction.md``)."""
+    from context_effects.paper.reproduction import summary
+
+    lines = ["## Against the published numbers", ""]
+    if path is None:
+        return lines + ["No reproduction report was requested.", ""]
+    report = pd.read_csv(path)
+    if report.empty:
+        return lines + ["No published numbers are transcribed.", ""]
+    lines += [f"`results/report/reproduction.md` sets each of the {len(report)} numbers the seed papers print "
+              "beside this run's value:", "", _markdown(summary(report)), ""]
+    return lines
+
+
+def recovery_section(path: str | Path | None) -> list[str]:
+    """Synthetic runs: how many planted values the run's estimates cover, per study (the rows are
+    in ``results/synthetic/recovery.md``, written by ``context_effects.recovery``). Nothing for
+    a run without synthetic models."""
+    if path is None:
+        return []
+    from context_effects.recovery import RECOVERY_MD, coverage_lines
+
+    table = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    lines = ["## Planted values recovered", "",
+             f"Every value the synthetic models plant (`results/synthetic/planted.json`) beside this run's "
+             f"estimate and its 95% interval, row by row in `{RECOVERY_MD}`:", ""]
+    return lines + (coverage_lines(table) or ["No planted value has an estimate in this run."]) + [""]
+
+
 def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], figure_paths: Sequence[str | Path],
-                 base: str | Path = ".", injection_paths: Sequence[str | Path] = ()) -> str:
+                 base: str | Path = ".", injection_paths: Sequence[str | Path] = (),
+                 reproduction_path: str | Path | None = None, ledger_path: str | Path | None = None,
+                 recovery_path: str | Path | None = None) -> str:
     manifest = json.loads(Path(manifest_path).read_text())
     run = manifest.get("config", {}).get("run", {})
     base = Path(base)
@@ -126,6 +159,12 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
         lines += [_markdown(df), ""]
 
     lines += injection_section(injection_paths)
+    lines += reproduction_section(reproduction_path)
+    lines += recovery_section(recovery_path)
+    if ledger_path is not None:
+        from context_effects.paper.deviations import load_ledger, report_section
+
+        lines += report_section(load_ledger(ledger_path))
 
     bad = failed_diagnostics(tables)
     lines += ["## Fits failing sampler diagnostics", ""]

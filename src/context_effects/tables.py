@@ -4,7 +4,10 @@ from the same DataFrame, so the two can never disagree.
 
 The LaTeX is written here rather than by ``DataFrame.to_latex`` because the paper
 needs per-column number formats, escaped cell text, table notes (the demo/synthetic
-caveat, a failed-diagnostics flag) and byte-stable output across pandas versions.
+caveat, a failed-diagnostics flag) and byte-stable output across pandas versions. The
+tabular sits in an ``adjustbox`` (``paper/preamble.tex`` loads the package) so a wide
+table shrinks to the page. Non-ASCII text (γ, −, ≥, …) is written as it is: the paper's
+preamble maps every such character for pdflatex, and the build refuses one it does not.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ def to_latex(
         r"\centering",
         rf"\caption{{{latex_escape(caption)}}}",
         rf"\label{{{label}}}",
+        # A wide (or long) table shrinks to the page; a narrow one keeps its size.
+        r"\begin{adjustbox}{max width=\linewidth,max totalheight=0.7\textheight}",
         rf"\begin{{tabular}}{{{align}}}",
         r"\toprule",
         " & ".join(latex_escape(c) for c in cols) + r" \\",
@@ -73,7 +78,7 @@ def to_latex(
     ]
     for row in df.itertuples(index=False):
         lines.append(" & ".join(format_cell(v, formats.get(c)) for c, v in zip(cols, row)) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{adjustbox}"]
     for note in notes:
         lines.append(rf"\par\smallskip{{\footnotesize {latex_escape(note)}}}")
     lines.append(r"\end{table}")

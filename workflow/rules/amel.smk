@@ -106,9 +106,9 @@ rule amel_figure:
     input:
         unpack(lambda wildcards: registry("amel").figure(wildcards.name).inputs(config)),
     output:
-        pdf="results/figures/amel/{name}.pdf",
+        pdf="figures/amel/{name}.pdf",
         png=report(
-            "results/figures/amel/{name}.png",
+            "figures/amel/{name}.png",
             caption="../report/registry_caption.rst",
             category="Study A: accumulated message effects",
             subcategory="Figures",

@@ -115,9 +115,9 @@ rule anchoring_figure:
             .inputs(config)
         ),
     output:
-        pdf="results/figures/anchoring/{name}.pdf",
+        pdf="figures/anchoring/{name}.pdf",
         png=report(
-            "results/figures/anchoring/{name}.png",
+            "figures/anchoring/{name}.png",
             caption="../report/registry_caption.rst",
             category="Study H: history anchoring",
             subcategory="Figures",

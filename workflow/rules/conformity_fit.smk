@@ -1,11 +1,12 @@
 # Study C measurement model (seed 002, "Measurement model", App. C): one fit per
 # (dataset, variant) from the ratings table, posterior draws + summary + diagnostics
-# per fit, and the registry's `fit` tables from the summaries. Which fits exist is
-# decided once, by context_effects.measurement.pipeline.fit_plan.
+# per fit, and the registry's `fit` tables and forest plots from the summaries. Which
+# fits exist is decided once, by context_effects.measurement.pipeline.fit_plan.
 
 
 rule conformity_fit:
-    """Fit the hierarchical ordinal model (seed 002 Eq. 6-8) for one dataset and variant."""
+    """Fit the hierarchical ordinal model (seed 002 Eq. 6-8) for one dataset and variant
+    (the generator-mean variants: this project's per-generator baseline means)."""
     input:
         ratings="results/conformity/ratings/{dataset}.parquet",
     output:
@@ -53,7 +54,7 @@ rule conformity_quality:
 
 
 rule conformity_fit_table:
-    """One model-based table (3, 4, 9, 10-12, 17, 20) from the summaries of its fits."""
+    """One model-based table (3, 4, 9, 10-12, 17, 20, table3_generator_mean) from the summaries of its fits."""
     input:
         unpack(
             lambda wildcards: registry("conformity")
@@ -86,3 +87,40 @@ rule conformity_fit_table:
         .settings(config),
     script:
         "../scripts/write_table.py"
+
+
+rule conformity_fit_figure:
+    """One model-based figure (the forest plots of Tables 3 and 4), with the numbers it plots."""
+    input:
+        unpack(
+            lambda wildcards: registry("conformity")
+            .figure(wildcards.name)
+            .inputs(config)
+        ),
+    output:
+        csv="results/figures/conformity/{name}.csv",
+        pdf="figures/conformity/{name}.pdf",
+        png=report(
+            "figures/conformity/{name}.png",
+            caption="../report/registry_caption.rst",
+            category="Study C: open-ended conformity",
+            subcategory="Figures",
+        ),
+    log:
+        "logs/conformity/figures/{name}.log",
+    wildcard_constraints:
+        name=dag.name_regex(registry("conformity").names(FigureSpec, "fit")),
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(config, "conformity_fit_figure", runtime=10, mem_mb=2000),
+    params:
+        study="conformity",
+        caption=lambda wildcards: report_caption(
+            registry("conformity").figure(wildcards.name), config
+        ),
+        settings=lambda wildcards: registry("conformity")
+        .figure(wildcards.name)
+        .settings(config),
+    script:
+        "../scripts/draw_figure.py"

@@ -49,9 +49,9 @@ rule conformity_figure:
         ),
     output:
         csv="results/figures/conformity/{name}.csv",
-        pdf="results/figures/conformity/{name}.pdf",
+        pdf="figures/conformity/{name}.pdf",
         png=report(
-            "results/figures/conformity/{name}.png",
+            "figures/conformity/{name}.png",
             caption="../report/registry_caption.rst",
             category="Study C: open-ended conformity",
             subcategory="Figures",

@@ -25,6 +25,9 @@ rule run_report:
         tables=dag.report_tables(config),
         figures=dag.report_figures(config),
         injection=conformity_dag.injection_tables(config),
+        reproduction="results/report/reproduction.csv",
+        ledger=dag.deviations_ledger(workflow.basedir),
+        recovery=dag.recovery_report_input(config),
     output:
         "results/report/report.md",
     log:
@@ -35,3 +38,80 @@ rule run_report:
         **dag.rule_resources(config, "run_report", runtime=5, mem_mb=2000),
     script:
         "../scripts/run_report.py"
+
+
+rule reproduction_report:
+    """Every number the seed papers print (paper/published) beside what this run reproduced."""
+    input:
+        manifest="results/run/manifest.json",
+        published=dag.published_files(workflow.basedir),
+        tables=dag.report_tables(config),
+    output:
+        csv=report(
+            "results/report/reproduction.csv",
+            caption="../report/reproduction.rst",
+            category="Reproduction against the seed papers",
+        ),
+        md="results/report/reproduction.md",
+        tex="results/report/reproduction.tex",
+    log:
+        "logs/reproduction_report.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(config, "reproduction_report", runtime=5, mem_mb=2000),
+    script:
+        "../scripts/reproduction_report.py"
+
+
+rule paper_numbers:
+    """The numbers the paper prints, as LaTeX macros (paper/numbers.yaml; a value this run lacks prints n/a)."""
+    input:
+        spec=f"{workflow.basedir}/paper/numbers.yaml",
+        manifest="results/run/manifest.json",
+        tables=dag.report_tables(config),
+    output:
+        tex="results/paper/numbers.tex",
+        warnings="results/paper/numbers_warnings.txt",
+    log:
+        "logs/paper_numbers.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(config, "paper_numbers", runtime=5, mem_mb=1000),
+    script:
+        "../scripts/paper_numbers.py"
+
+
+rule paper_deviations:
+    """The deviations ledger (docs/deviations.yaml) as the paper's appendix tables."""
+    input:
+        ledger=dag.deviations_ledger(workflow.basedir),
+    output:
+        "results/paper/deviations.tex",
+    log:
+        "logs/paper_deviations.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(config, "paper_deviations", runtime=5, mem_mb=1000),
+    script:
+        "../scripts/paper_deviations.py"
+
+
+rule paper_pdf:
+    """The paper: the number check, then latexmk on paper/paper.tex with this run's numbers, tables and figures."""
+    input:
+        **dag.paper_inputs(config, workflow.basedir),
+    output:
+        pdf="paper/paper.pdf",
+    log:
+        "logs/paper_pdf.log",
+    conda:
+        "../../envs/latex.yaml"
+    resources:
+        **dag.rule_resources(config, "paper_pdf", runtime=15, mem_mb=2000),
+    params:
+        build_dir="results/paper/build",
+    script:
+        "../scripts/paper_pdf.py"

@@ -11,6 +11,9 @@ text = build_report(
     list(snakemake.input.tables),
     list(snakemake.input.figures),
     injection_paths=list(snakemake.input.injection),
+    reproduction_path=snakemake.input.reproduction,
+    ledger_path=snakemake.input.ledger,
+    recovery_path=(list(snakemake.input.recovery) or [None])[0],
 )
 Path(snakemake.output[0]).write_text(text)
 log.info("report: %d tables, %d figures", len(snakemake.input.tables), len(snakemake.input.figures))

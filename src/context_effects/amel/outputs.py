@@ -3,7 +3,7 @@
 Analysis ``<name>`` is computed by ``analysis.<name>_table`` from the item-level
 bias scores (or, for ``probabilities``, the per-cell probabilities) and written as
 ``results/tables/amel/<name>.csv/.tex``; ``plots.<name>_figure`` draws it from that
-CSV and the same item-level file into ``results/figures/amel/<name>.pdf/.png``.
+CSV and the same item-level file into ``figures/amel/<name>.pdf/.png``.
 ``ANALYSES`` below is the one list of analyses, with their captions and the
 settings each table and figure uses besides the run kind.
 """

@@ -82,7 +82,7 @@ DEFAULTS: dict[str, Any] = {
     "amel_position_weights": {"start": 0.6, "middle": 0.8, "end": 1.0},  # recency weights w
 }
 
-#: Per-family values (seed 000 scaling in spirit).
+#: Per-family values (seed 000 scaling in spirit); only with ``profile: <family>`` in the config.
 PROFILES: dict[str, dict[str, Any]] = {
     "qwen": {"amel_conformity": 0.9},
     "mistral": {"amel_conformity": 1.1},
@@ -199,6 +199,16 @@ def amel_expected_bias_score(
     """
     eff, _ = effective_params(model_name, params)
     return _expected_bs(eff, condition, k, position, framing)
+
+
+def cell_targets(eff: Mapping[str, Any], condition: str, n: int, position: str | None, framing: str) -> dict[str, float]:
+    """The planted logit shift Δ and the population mean bias score of one cell, for resolved
+    values ``eff`` and ``n`` biased turns as the request's meta gives them (``n_biased``, else ``k``)."""
+    return {
+        "f_n": amel_f(n, eff["amel_k_scale"]),
+        "logit_shift": _shift(eff, condition, n, position, framing),
+        "expected_bias_score": _expected_bs(eff, condition, n, position, framing),
+    }
 
 
 def _ratio(cells: Mapping[str, Mapping[int, float]], k: int) -> float:

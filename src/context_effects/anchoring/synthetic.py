@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
     "anchoring_framing_in_anchor": True,  # anchor prompts carry δ_framing too
 }
 
-#: Per-family values.
+#: Per-family values; only with ``profile: <family>`` in the config.
 PROFILES: dict[str, dict[str, Any]] = {
     "qwen": {"anchoring_bias": 0.1},
     "mistral": {"anchoring_bias": 0.3},

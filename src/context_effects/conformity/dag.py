@@ -198,6 +198,7 @@ def fit_families(config: Config, dataset: str, variant: str) -> dict[str, str]:
 _NOT_SAMPLER = (
     "theta_anchor_sensitivity",
     "theta_anchor_datasets",
+    "generator_mean_sensitivity",
     "max_rhat",
     "min_ess_bulk",
     "min_ess_tail",

@@ -7,7 +7,8 @@ Stages (one wildcard rule each, workflow/rules/conformity_*.smk):
   (Tables 1, 2, 5, Krippendorff's alpha, the flip share, parse failures, the
   rating-distribution figure): ``context_effects.conformity.descriptive``;
 * ``fit`` — the measurement model's tables (3, 4, 9, 10-12, 17, 20) from fit
-  summaries: ``context_effects.measurement.report``;
+  summaries: ``context_effects.measurement.report``; the forest plots of Tables 3
+  and 4 (``eta_forest``, ``gamma_forest``): ``context_effects.measurement.figures``;
 * ``metrics`` — external validation, text metrics, models, budget and packages
   (Tables 6-8, 13-16, 18, 19): ``context_effects.metrics.tables``.
 
@@ -166,6 +167,26 @@ def _fit_table(number: str, caption: str, label: str, formats: Mapping[str, str]
     )
 
 
+def _draw_fit_figure(name: str, inputs, s):
+    from context_effects.measurement import figures
+
+    return getattr(figures, name)(inputs["fits"], s)
+
+
+def _fit_figure(name: str, number: str, caption: str) -> FigureSpec:
+    """A forest plot of one model-based table's estimates: the same fits and settings as
+    Table ``number``, drawn by ``context_effects.measurement.figures.<name>``."""
+    return FigureSpec(
+        name=name,
+        stage="fit",
+        caption=caption,
+        inputs=partial(_fit_inputs, number),
+        settings=partial(_fit_settings, number),
+        draw=partial(_draw_fit_figure, name),
+        formats=("csv", "pdf", "png"),
+    )
+
+
 def _decomposition_table(dataset: str, number: int) -> TableSpec:
     return _fit_table(
         str(number),
@@ -320,6 +341,23 @@ REGISTRY = Registry("conformity", [
                "magnitude theta_a varies. Entries are posterior means with 95% credible intervals; the magnitude "
                "should rescale with theta_a while signs and generator ordering stay.",
                "tab:conformity-anchor-scale", {"theta_a": ".1f"}),
+    _fit_table("3_generator_mean",
+               "Sensitivity of the total Round 2 condition shifts and Asym_total (Table 3; Tables 10-12 for the "
+               "decomposition corpus) to the trial-baseline prior: seed 002's model (b_t ~ N(0, sigma_b)) beside "
+               "this project's variant with one baseline mean per generator (b_t ~ N(mu_g, sigma_b)). With "
+               "generators of different ability the paper's prior shrinks baselines toward 0 and the shortfall "
+               "moves into the shifts. Posterior means with 95% credible intervals; the last columns flag cells "
+               "whose sign or exclusion of zero changes.",
+               "tab:conformity-generator-mean", {"Difference": "+.3f"}),
+    _fit_figure("eta_forest", "3",
+                "Total Round 2 condition shifts (All-Correct, All-Wrong, Mixed) and the harmful-beneficial "
+                "asymmetry Asym_total by generator, one panel per dataset: posterior means with 95% credible "
+                "intervals from the pooled per-dataset fits (Table 3). Hollow markers: the fit failed its "
+                "convergence diagnostics (Table 9)."),
+    _fit_figure("gamma_forest", "4",
+                "Evaluator-side peer-context loadings gamma_j by judge, one panel per dataset: posterior means with "
+                "95% credible intervals (Table 4). Open-weight judges come from the main fit, each hosted judge "
+                "from its own five-judge refit. Hollow markers: the fit failed its convergence diagnostics."),
     # metrics
     TableSpec("table6", "metrics", "Models used in the study and their parameter counts.", "tab:models",
               inputs=lambda config: {"infos": dag.metric_infos(config)}, settings=_table6_settings,

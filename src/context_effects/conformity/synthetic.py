@@ -78,7 +78,7 @@ TAG_RE = re.compile(r"\[synthetic q=([+-]?(?:\d+(?:\.\d*)?|\.\d+))\]")
 #: Study C's planted values, with their meaning.
 DEFAULTS: dict[str, Any] = {
     # --- generation (seed 002 Eq. 6) ---
-    "quality_mean": 0.0,  # mean of the trial baseline b_t (generator ability)
+    "quality_mean": 0.0,  # mean of the trial baseline b_t: the generator's mean quality μ_g (generator-mean fits)
     "sigma_b": 0.7,  # SD of b_t across trials (question x generator)
     "sigma_theta": 0.25,  # SD of the answer-level deviation σ_θ·ε
     "theta_anchor": 1.5,  # anchors pinned at ±θ_a
@@ -106,7 +106,8 @@ DEFAULTS: dict[str, Any] = {
     "self_preference": 0.0,  # μ shift when meta generator == meta judge (self-rating)
 }
 
-#: Per-family values (seed 002 Tables 3/4 in spirit).
+#: Per-family values (seed 002 Tables 3/4 in spirit); used only when a model's config names
+#: the family (``synthetic: {profile: qwen}``), never chosen from the model name.
 PROFILES: dict[str, dict[str, Any]] = {
     "qwen": {
         "quality_mean": 0.20,

@@ -23,6 +23,7 @@ import pandas as pd
 
 from context_effects.measurement.data import CONTENT_CONDITIONS, CONTENT_OF_PEER, PEER_CONDITIONS, MeasurementData
 from context_effects.measurement.model import (
+    GENERATOR_MEAN_SITE,
     LOCAL_SITES,
     ModelOptions,
     global_sites,
@@ -33,10 +34,12 @@ from context_effects.measurement.model import (
 )
 
 PRECISIONS = ("float64", "float32")
-#: Blocks whose weakest coordinate Table 9 reports (those absent from a fit are skipped).
-REPORTED_BLOCKS = ("total_shift", "delta_sp", "delta_content", "delta_pp", "gamma", "asym_total")
+#: Blocks whose weakest coordinate Table 9 reports (those absent from a fit are skipped:
+#: ``mu_gen`` exists only in the generator-mean variant, whose table prints it).
+REPORTED_BLOCKS = ("total_shift", "delta_sp", "delta_content", "delta_pp", "gamma", "asym_total", GENERATOR_MEAN_SITE)
 #: Blocks whose sign is a claim, so Pr(> 0) is reported.
-SIGNED_BLOCKS = ("eta", "total_shift", "delta_sp", "delta_content", "delta_pp", "gamma", "asym_total")
+SIGNED_BLOCKS = ("eta", "total_shift", "delta_sp", "delta_content", "delta_pp", "gamma", "asym_total",
+                 GENERATOR_MEAN_SITE)
 _REPO = Path(__file__).resolve().parents[3]
 
 
@@ -146,6 +149,7 @@ def fit_nuts(
     shift_prior: str = "cell",
     marginal: bool = False,
     quadrature_nodes: int = 9,
+    generator_mean: bool = False,
     keep_locals: bool = True,
     compilation_cache: bool | str | os.PathLike = True,
     init_strategy=None,
@@ -162,6 +166,8 @@ def fit_nuts(
     marginal: integrate the answer deviations ε out by adaptive Gauss–Hermite quadrature with
         ``quadrature_nodes`` nodes (ModelOptions.marginal); per-answer θ then comes from
         the node weights in ``answer_quality``.
+    generator_mean: the sensitivity variant with per-generator baseline means μ_g
+        (ModelOptions.generator_mean; the paper's model when False).
     keep_locals: keep draws of z_b and ε (needed for per-answer θ); False saves memory.
     Warm-up and sampling run as two calls so each is timed (the compile falls in the first;
     the second compiles again only when warmup != samples). The warm-up draws are collected
@@ -173,6 +179,7 @@ def fit_nuts(
     dtype, options, model, arrays = _prepare(
         data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
         shift_prior=shift_prior, marginal=marginal, quadrature_nodes=quadrature_nodes,
+        generator_mean=generator_mean,
     )
     effective_method = chain_method
     if chains > 1 and chain_method == "parallel" and jax.local_device_count() < chains:
@@ -228,6 +235,7 @@ def fit_nuts(
             "shift_prior": shift_prior,
             "marginal": marginal,
             "quadrature_nodes": quadrature_nodes if marginal else None,
+            "generator_mean": generator_mean,
             "theta_anchor": theta_anchor,
             "jax_version": jax.__version__,
         },
@@ -279,6 +287,7 @@ def fit_svi(
     layout: str = "grid",
     ordinal: str = "stable",
     shift_prior: str = "cell",
+    generator_mean: bool = False,
     compilation_cache: bool | str | os.PathLike = True,
 ) -> Fit:
     """Variational fit for fast iteration; draws come from the fitted guide.
@@ -299,7 +308,7 @@ def fit_svi(
 
     dtype, options, model, arrays = _prepare(
         data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
-        shift_prior=shift_prior,
+        shift_prior=shift_prior, generator_mean=generator_mean,
     )
     g = _svi_guide(model, options, guide, rank)
     svi = SVI(model, g, ClippedAdam(step_size=learning_rate), Trace_ELBO())
@@ -326,6 +335,7 @@ def fit_svi(
             "layout": layout,
             "ordinal": ordinal,
             "shift_prior": shift_prior,
+            "generator_mean": generator_mean,
             "theta_anchor": theta_anchor,
             "jax_version": jax.__version__,
         },
@@ -350,6 +360,8 @@ def derived_blocks(samples: Mapping[str, np.ndarray], data: MeasurementData) -> 
     asym_total: −Δ_total,AW − Δ_total,AC (Eq. 5); delta_sp = η(g, no_peer) (Eq. 1);
     delta_content: η(g, content_k) − η(g, no_peer) (Eq. 2); delta_pp: η(g, peer_c) −
     η(g, content_k(c)) (Eq. 3). Eq. 4 then holds by telescoping, up to rounding.
+    mu_gen: the per-generator baseline means μ_g, when the draws have them (generator-mean
+    variant).
     """
     out: dict[str, Block] = {}
     for name in ("sigma_b", "sigma_theta"):
@@ -360,6 +372,10 @@ def derived_blocks(samples: Mapping[str, np.ndarray], data: MeasurementData) -> 
     out["gamma"] = Block("gamma", judges, np.asarray(samples["gamma"]))
     kappa = np.sort(np.asarray(samples["kappa_raw"]), axis=-1)
     out["kappa"] = Block("kappa", [{"index": k + 1} for k in range(kappa.shape[-1])], kappa)
+    if GENERATOR_MEAN_SITE in samples:
+        out[GENERATOR_MEAN_SITE] = Block(
+            GENERATOR_MEAN_SITE, [{"generator": g} for g in data.generators], np.asarray(samples[GENERATOR_MEAN_SITE])
+        )
     eta = _eta_draws(samples, data)
     out["eta"] = Block("eta", [{"generator": g, "condition": c} for g, c in data.cells], eta)
 
@@ -466,6 +482,8 @@ def answer_quality(fit: Fit, chunk: int = 250) -> pd.DataFrame:
             + eta1[sl][:, data.answer_cell + 1]
             + flat["sigma_theta"][sl, None] * flat["eps"][sl]
         )
+        if GENERATOR_MEAN_SITE in flat:
+            th = th + flat[GENERATOR_MEAN_SITE][sl][:, data.answer_generator]
         total += th.sum(0)
         total2 += (th**2).sum(0)
     mean = total / n
@@ -628,6 +646,8 @@ def to_inference_data(fit: Fit, include_locals: bool = False) -> az.InferenceDat
         "trial": list(data.trials),
         "answer": list(data.answers),
     }
+    if GENERATOR_MEAN_SITE in fit.samples:
+        coords["generator"] = list(data.generators)
     dims = {
         "eta": ["cell"],
         "eta_increment": ["cell"],
@@ -637,6 +657,7 @@ def to_inference_data(fit: Fit, include_locals: bool = False) -> az.InferenceDat
         "kappa_raw": ["cutpoint"],
         "z_b": ["trial"],
         "eps": ["answer"],
+        GENERATOR_MEAN_SITE: ["generator"],
     }
     if fit.mcmc is not None:
         idata = az.from_numpyro(fit.mcmc, log_likelihood=False, coords=coords, dims=dims)

@@ -7,6 +7,16 @@
 Anchors have θ pinned at ±θ_a. Priors: η ~ N(0, 1), σ_b, σ_θ ~ HalfNormal(1),
 log α_j ~ N(0, 0.4), β_j ~ N(0, 1), γ_j ~ N(0, 0.5), κ_raw ~ N(0, 1).
 
+Sensitivity variant (``generator_mean=True``; this project's addition, not the paper's
+model): b_t = μ_g(t) + σ_b·z_t with a per-generator baseline mean μ_g ~ N(0, 1). In the
+paper's model every trial baseline shrinks toward 0; when generators differ in mean
+quality, that shrinkage is absorbed into each generator's shifts η (all of a generator's
+Round-2 cells move by a common offset at the cost of its Round-1 answers alone), so the
+better generator's shifts come out too high and the weaker one's too low. μ_g is
+identified: the anchors pin θ at ±θ_a, which fixes origin and unit of θ (and with them
+each judge's β_j and α_j), and μ_g is then the mean latent quality of generator g's
+Round-1 answers on that scale.
+
 Two layouts compute the same log-likelihood: ``"long"`` gathers per rating (the
 straightforward form), ``"grid"`` broadcasts over a dense answer × judge array
 (no per-rating scatter-add in the gradient; faster on CPU).
@@ -42,10 +52,13 @@ SHIFT_PRIORS = ("cell", "increment")
 #: measured on simulated paper-scale data while the model was developed; see
 #: bench/measurement_speed.py for the comparison at 1/10 scale).
 GLOBAL_SITES = ("sigma_b", "sigma_theta", "eta", "log_alpha", "beta", "gamma", "kappa_raw")
+#: The per-generator baseline means μ_g of the ``generator_mean`` variant (a global site:
+#: joins the dense block when the option is on; μ_g trades off against η and z_b directly).
+GENERATOR_MEAN_SITE = "mu_gen"
 LOCAL_SITES = ("z_b", "eps")
 #: Newton steps that centre the adaptive Gauss–Hermite rule (ModelOptions.marginal).
 NEWTON_STEPS = 3
-PRIOR_SD = {"log_alpha": 0.4, "beta": 1.0, "gamma": 0.5, "kappa_raw": 1.0, "eta": 1.0}
+PRIOR_SD = {"log_alpha": 0.4, "beta": 1.0, "gamma": 0.5, "kappa_raw": 1.0, "eta": 1.0, GENERATOR_MEAN_SITE: 1.0}
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,9 @@ class ModelOptions:
     shift_prior: "cell" puts η ~ N(0, 1) on each (generator, condition) cell; "increment"
         puts N(0, 1) on Δ_sp, Δ_content,k and Δ_pp,c (the App. C.1 reading with separate
         η_regen / η_content) and builds the cells as their sums. Decomposition corpora only.
+    generator_mean: the sensitivity variant b_t ~ N(μ_g(t), σ_b) with μ_g ~ N(0, 1) per
+        generator (module docstring); off = the paper's b_t ~ N(0, σ_b). Any layout, either
+        shift prior, sampled or marginal ε; still non-centred (b_t = μ_g + σ_b z_t).
     """
 
     theta_anchor: float = 1.5
@@ -74,6 +90,7 @@ class ModelOptions:
     shift_prior: str = "cell"
     marginal: bool = False
     quadrature_nodes: int = 9
+    generator_mean: bool = False
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -103,9 +120,12 @@ def gauss_hermite_normal(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def global_sites(options: ModelOptions) -> tuple[str, ...]:
     """Names of the global sample sites (the dense mass-matrix block)."""
+    sites = GLOBAL_SITES
     if options.shift_prior == "increment":
-        return tuple("eta_increment" if s == "eta" else s for s in GLOBAL_SITES)
-    return GLOBAL_SITES
+        sites = tuple("eta_increment" if s == "eta" else s for s in sites)
+    if options.generator_mean:
+        sites = (*sites, GENERATOR_MEAN_SITE)
+    return sites
 
 
 # ----------------------------------------------------------------------------- ordinal
@@ -216,6 +236,8 @@ def model_arrays(data: MeasurementData, options: ModelOptions, dtype=None) -> di
         )
     if options.shift_prior == "increment":
         arr["eta_map"] = increment_matrix(data)
+    if options.generator_mean:
+        arr["answer_generator"] = data.answer_generator
     if options.marginal:
         if data.n_answers and np.any(data.grid["inf_answer"] >= data.n_answers):
             raise ValueError("marginal=True expects informed ratings of experimental answers only, not anchors")
@@ -237,11 +259,17 @@ def constrained(params: Mapping[str, jax.Array], arrays: Mapping[str, jax.Array]
 
 
 def latent_mean(params: Mapping[str, jax.Array], arrays: Mapping[str, jax.Array], eta=None) -> jax.Array:
-    """m_i = b_t(i) + r_i η_c(i) for the experimental answers (θ_i = m_i + σ_θ ε_i)."""
+    """m_i = b_t(i) + r_i η_c(i) for the experimental answers (θ_i = m_i + σ_θ ε_i), with
+    b_t = σ_b z_t, or b_t = μ_g(t) + σ_b z_t when the draw has μ_g (``generator_mean``)."""
     if eta is None:
         eta = constrained(params, arrays)["eta"]
     eta1 = jnp.concatenate([jnp.zeros((1,), eta.dtype), eta])
-    return params["sigma_b"] * params["z_b"][arrays["answer_trial"]] + eta1[arrays["answer_cell1"]]
+    m = params["sigma_b"] * params["z_b"][arrays["answer_trial"]] + eta1[arrays["answer_cell1"]]
+    if GENERATOR_MEAN_SITE in params:
+        if "answer_generator" not in arrays:
+            raise ValueError("a draw with generator means μ_g needs arrays built with generator_mean=True")
+        m = m + params[GENERATOR_MEAN_SITE][arrays["answer_generator"]]
+    return m
 
 
 def latent_quality(params: Mapping[str, jax.Array], arrays: Mapping[str, jax.Array], eta=None) -> jax.Array:
@@ -378,7 +406,7 @@ def log_likelihood(
 
 def make_model(data: MeasurementData, options: ModelOptions = ModelOptions()) -> Callable:
     """The NumPyro model; call it with ``model_arrays(data, options)``."""
-    n_cells, n_judges = data.n_cells, data.n_judges
+    n_cells, n_judges, n_generators = data.n_cells, data.n_judges, len(data.generators)
     n_trials, n_answers, n_cut = data.n_trials, data.n_answers, data.n_categories - 1
 
     def normal(site, n, sd=1.0):
@@ -398,6 +426,8 @@ def make_model(data: MeasurementData, options: ModelOptions = ModelOptions()) ->
         params["beta"] = normal("beta", n_judges, PRIOR_SD["beta"])
         params["gamma"] = normal("gamma", n_judges, PRIOR_SD["gamma"])
         params["kappa_raw"] = normal("kappa_raw", n_cut, PRIOR_SD["kappa_raw"])
+        if options.generator_mean:
+            params[GENERATOR_MEAN_SITE] = normal(GENERATOR_MEAN_SITE, n_generators, PRIOR_SD[GENERATOR_MEAN_SITE])
         params["z_b"] = normal("z_b", n_trials)
         if not options.marginal:
             params["eps"] = normal("eps", n_answers)

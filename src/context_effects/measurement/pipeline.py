@@ -3,22 +3,33 @@
 Every table of seed 002 that reports a model quantity comes from one of these fits
 (one per dataset and variant; the directory ``results/conformity/fits/{dataset}/{variant}/``):
 
-=================  =========================================================  ==============
-variant            data and model                                             tables
-=================  =========================================================  ==============
-``main``           main corpus of the primary seed, open-weight judge panel   3, 4, 9, 17, 20
-                   (``conformity.judges``), θ_a = ``fit.theta_anchor``
-``decomposition``  decomposition corpus, same panel; shifts built from the    9, 10-12
-                   increments Δ_sp, Δ_content,k, Δ_pp,c (App. C.1 priors on
-                   η_regen, η_content and η)
-``self-excluded``  ``main`` without every rating a judge gave to an answer    9, 17
-                   of its own model family (anchors kept)
-``theta-<θ>``      ``main`` with anchors pinned at ±θ, for every θ in         9, 20
-                   ``fit.theta_anchor_sensitivity`` other than θ_a (that one
-                   is ``main``), on ``fit.theta_anchor_datasets``
-``hosted-<judge>`` ``main`` with the panel plus one hosted judge (the         4 (API rows), 9
-                   five-judge refits), on ``hosted_judge_datasets``
-=================  =========================================================  ==============
+================================  =========================================================  ===============
+variant                           data and model                                             tables
+================================  =========================================================  ===============
+``main``                          main corpus of the primary seed, open-weight judge panel   3, 4, 9, 17, 20
+                                  (``conformity.judges``), θ_a = ``fit.theta_anchor``
+``decomposition``                 decomposition corpus, same panel; shifts built from the    9, 10-12
+                                  increments Δ_sp, Δ_content,k, Δ_pp,c (App. C.1 priors on
+                                  η_regen, η_content and η)
+``self-excluded``                 ``main`` without every rating a judge gave to an answer    9, 17
+                                  of its own model family (anchors kept)
+``theta-<θ>``                     ``main`` with anchors pinned at ±θ, for every θ in         9, 20
+                                  ``fit.theta_anchor_sensitivity`` other than θ_a (that one
+                                  is ``main``), on ``fit.theta_anchor_datasets``
+``hosted-<judge>``                ``main`` with the panel plus one hosted judge (the         4 (API rows), 9
+                                  five-judge refits), on ``hosted_judge_datasets``
+``generator-mean``                ``main`` with per-generator baseline means: b_t ~ N(μ_g,   9,
+                                  σ_b), μ_g ~ N(0, 1) (``ModelOptions.generator_mean``);     table3_generator_mean
+                                  this project's sensitivity variant, on when
+                                  ``fit.generator_mean_sensitivity``
+``decomposition-generator-mean``  ``decomposition`` with the same baseline means             9,
+                                                                                             table3_generator_mean
+================================  =========================================================  ===============
+
+The paper's model (every variant but the two generator-mean ones) has b_t ~ N(0, σ_b): when
+generators differ in mean quality, the shrinkage of b_t toward 0 is absorbed into each
+generator's shifts η. The generator-mean fits measure how much that moves the reported
+estimates; they never replace the primary ones.
 
 No fit of the seed-43/44 executions: seed 002 (§2.2) uses them "only to assess
 reproducibility"; they never enter a hierarchical fit and no table reports one.
@@ -26,7 +37,8 @@ reproducibility"; they never enter a hierarchical fit and no table reports one.
 A variant that cannot be fitted under a configuration is left out of the plan with a
 reason (``omitted_fits``) that the tables print instead of a number: hosted refits with no
 hosted judge, a self-rating exclusion that would remove every rating, a decomposition fit
-with the decomposition corpus disabled.
+with the decomposition corpus disabled, the generator-mean refits when
+``fit.generator_mean_sensitivity`` is false (or their base fit is left out).
 
 Anchor ratings: seed 002 §3.4 — "All primary estimates therefore use reference-augmented
 anchor scoring, while experimental answers remain reference-free." Every fit therefore
@@ -39,7 +51,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +59,9 @@ import pandas as pd
 
 from context_effects.measurement.data import RatingsError, model_family
 
-KINDS = ("main", "decomposition", "self-excluded", "theta", "hosted")
+KINDS = ("main", "decomposition", "self-excluded", "theta", "hosted", "generator-mean", "decomposition-generator-mean")
+#: Variant name (= kind) of the generator-mean refit of each base kind.
+GENERATOR_MEAN_VARIANTS = {"main": "generator-mean", "decomposition": "decomposition-generator-mean"}
 #: Columns of the judge stage's ratings table that selecting a fit's rows needs
 #: (on top of the measurement contract of ``measurement.data``).
 SELECTION_COLUMNS = ("corpus", "seed", "reference")
@@ -58,7 +72,8 @@ DECOMPOSITION_TABLES = {"truthfulqa": 10, "mmlu_pro": 11, "arc_challenge": 12}
 
 @dataclass(frozen=True)
 class FitSpec:
-    """One fit: which ratings (corpus, seed, judges, self-exclusion) and which model (θ_a, shift prior)."""
+    """One fit: which ratings (corpus, seed, judges, self-exclusion) and which model (θ_a, shift
+    prior, per-generator baseline means)."""
 
     dataset: str
     variant: str
@@ -70,10 +85,15 @@ class FitSpec:
     exclude_self: bool = False
     shift_prior: str = "cell"
     hosted_judge: str | None = None
+    generator_mean: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["judges"] = list(self.judges)
+        # Only the generator-mean fits carry the key: the other fits' dicts (their rules'
+        # params) stay as they were before the option existed, so adding it reran no fit.
+        if not self.generator_mean:
+            del d["generator_mean"]
         return d
 
 
@@ -166,6 +186,14 @@ def _plan(config: Mapping[str, Any]) -> tuple[list[FitSpec], dict[str, str]]:
             "no hosted judges are configured (conformity.hosted_judges)" if not hosted
             else "none of conformity.hosted_judge_datasets is among conformity.datasets"
         )
+    for base_kind, variant in GENERATOR_MEAN_VARIANTS.items():
+        bases = [s for s in plan if s.kind == base_kind]
+        if not f["generator_mean_sensitivity"]:
+            omitted[variant] = "the generator-mean sensitivity fits are switched off (fit.generator_mean_sensitivity)"
+        elif not bases:
+            omitted[variant] = omitted.get(base_kind, f"no {base_kind} fit in the plan")
+        else:
+            plan.extend(replace(s, variant=variant, kind=variant, generator_mean=True) for s in bases)
     return plan, omitted
 
 
@@ -238,7 +266,8 @@ def run_fit(
                  spec.dataset, spec.variant, data.n_ratings, data.n_answers, data.n_anchors, data.n_trials,
                  list(data.judges), data.info)
     common = {"seed": int(settings["seed"]), "precision": settings["precision"],
-              "theta_anchor": spec.theta_anchor, "shift_prior": spec.shift_prior}
+              "theta_anchor": spec.theta_anchor, "shift_prior": spec.shift_prior,
+              "generator_mean": spec.generator_mean}
     if settings["method"] == "nuts":
         fit = fit_nuts(
             data, chains=int(settings["chains"]), warmup=int(settings["warmup"]), samples=int(settings["samples"]),

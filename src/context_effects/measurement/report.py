@@ -1,4 +1,6 @@
-"""Seed 002's model-based tables (3, 4, 9, 10-12, 17, 20) from fit summaries and diagnostics.
+"""Seed 002's model-based tables (3, 4, 9, 10-12, 17, 20) from fit summaries and diagnostics,
+and this project's sensitivity table ``table3_generator_mean`` (the paper's model against the
+variant with per-generator trial-baseline means, ``measurement.model``).
 
 The tables are entries of Study C's registry (``context_effects.conformity.outputs``),
 which holds their captions, labels and formats; this module builds their rows and notes.
@@ -24,6 +26,7 @@ import pandas as pd
 from context_effects.conformity.conditions import PEER_CONDITIONS
 from context_effects.measurement.pipeline import (
     DECOMPOSITION_TABLES,
+    GENERATOR_MEAN_VARIANTS,
     FitSpec,
     assess,
     display_name,
@@ -40,7 +43,10 @@ DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_chall
 CONDITION_LABELS = {"peer_correct": "All-Correct", "peer_wrong": "All-Wrong", "peer_mixed": "Mixed"}
 #: Table 3's column order (the paper's).
 TABLE3_CONDITIONS = ("peer_correct", "peer_wrong", "peer_mixed")
-TABLES = ("3", "4", "9", "10", "11", "12", "17", "20")
+#: The sensitivity table beside Table 3 (this project's addition; name ``table3_generator_mean``).
+GENERATOR_MEAN_TABLE = "3_generator_mean"
+TABLES = ("3", "4", "9", "10", "11", "12", "17", "20", GENERATOR_MEAN_TABLE)
+CORPUS_LABELS = {"main": "main corpus", "decomposition": "decomposition corpus"}
 OK = "ok"
 
 
@@ -77,6 +83,20 @@ def interval(row: pd.Series | None, digits: int = 3) -> str:
         return "--"
     f = f"{{:+.{digits}f}}"
     return f"{f.format(row['mean'])} [{f.format(row['q2.5'])}, {f.format(row['q97.5'])}]"
+
+
+def changes_call(paper: pd.Series | None, variant: pd.Series | None) -> str:
+    """``"yes"`` when the posterior mean changes sign or the 95% interval's exclusion of
+    zero changes between two fits of one quantity, ``"no"`` otherwise, ``"--"`` when
+    either fit lacks it."""
+    if paper is None or variant is None:
+        return "--"
+
+    def excludes_zero(r: pd.Series) -> bool:
+        return bool(r["q2.5"] > 0 or r["q97.5"] < 0)
+
+    sign_changes = (paper["mean"] > 0) != (variant["mean"] > 0)
+    return "yes" if sign_changes or excludes_zero(paper) != excludes_zero(variant) else "no"
 
 
 def _failure_notes(results: Sequence[FitResult]) -> list[str]:
@@ -194,12 +214,17 @@ class Builder:
             return "Self-ratings excluded (Table 17)"
         if spec.kind == "theta":
             return f"Anchor scale theta_a = {spec.theta_anchor:g} (Table 20)"
+        if spec.kind == "generator-mean":
+            return "Generator baseline means, main corpus (table3_generator_mean)"
+        if spec.kind == "decomposition-generator-mean":
+            return "Generator baseline means, decomposition corpus (table3_generator_mean)"
         return f"Five-judge panel, + {self.name(spec.hosted_judge)} (Table 4)"
 
     def table9(self) -> Built:
         cols = ["Fit", "Dataset", "R-hat", "ESS bulk", "ESS tail", "Divergences", "Chains", "Draws per chain",
                 "Method", "Diagnostics"]
-        order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4}
+        order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4, "generator-mean": 5,
+                 "decomposition-generator-mean": 6}
         rows, used = [], []
         for spec in sorted(self.plan, key=lambda s: order[s.kind]):
             res = self._res(spec)
@@ -222,8 +247,9 @@ class Builder:
         t = self.s["thresholds"]
         extra.insert(0, f"R-hat is the maximum split rank-normalised R-hat and ESS the minimum bulk/tail ESS over "
                         f"every coordinate of the reported blocks (total shifts, decomposition components, gamma, "
-                        f"Asym_total). Thresholds: R-hat <= {t['max_rhat']}, ESS >= {t['min_ess_bulk']:g} (bulk) / "
-                        f"{t['min_ess_tail']:g} (tail), divergences <= {t['max_divergences']}.")
+                        f"Asym_total, and mu_g in the generator-mean fits). Thresholds: R-hat <= {t['max_rhat']}, "
+                        f"ESS >= {t['min_ess_bulk']:g} (bulk) / {t['min_ess_tail']:g} (tail), "
+                        f"divergences <= {t['max_divergences']}.")
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no fit in this run")
         return Built(df, self._notes(used, extra))
 
@@ -327,8 +353,71 @@ class Builder:
                                                                        "no main-corpus fit in this run")
         return Built(df, self._notes(used, extra))
 
+    # ------------------------------------------------------------------ Table 3, generator means
+
+    def table3_generator_mean(self) -> Built:
+        """Table 3's quantities under the paper's model and under the generator-mean variant,
+        for the main and the decomposition corpus of every dataset."""
+        cols = ["Dataset", "Fit", "Model", "Quantity", "Paper model", "Generator-mean variant", "Difference",
+                "Sign or interval changes", "mu_g (variant)", "Diagnostics"]
+        quantities = [*((CONDITION_LABELS[c], "total_shift", {"condition": c}) for c in TABLE3_CONDITIONS),
+                      ("Asym_total", "asym_total", {})]
+        rows, used, extra = [], [], []
+        n_changed = n_cells = 0
+        for base_kind, variant_kind in GENERATOR_MEAN_VARIANTS.items():
+            variants = {s.dataset: s for s in specs_for(self.plan, kind=variant_kind)}
+            for spec in specs_for(self.plan, kind=base_kind):
+                if spec.dataset not in variants:
+                    continue
+                paper, var = self._res(spec), self._res(variants[spec.dataset])
+                used += [paper, var]
+                status = OK if paper.status == OK and var.status == OK else "FAILED"
+                for g in self._generators(paper):
+                    mu = interval(var.row("mu_gen", generator=g))
+                    for label, block, labels in quantities:
+                        p, v = paper.row(block, generator=g, **labels), var.row(block, generator=g, **labels)
+                        flag = changes_call(p, v)
+                        n_cells += flag != "--"
+                        n_changed += flag == "yes"
+                        rows.append({
+                            "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                            "Fit": CORPUS_LABELS.get(base_kind, base_kind),
+                            "Model": self.name(g),
+                            "Quantity": label,
+                            "Paper model": interval(p),
+                            "Generator-mean variant": interval(v),
+                            "Difference": float("nan") if p is None or v is None else float(v["mean"] - p["mean"]),
+                            "Sign or interval changes": flag,
+                            "mu_g (variant)": mu,
+                            "Diagnostics": status,
+                        })
+        if rows:
+            extra += [
+                "Paper model: seed 002's measurement model (Eq. 6), trial baselines b_t ~ N(0, sigma_b); this is the "
+                "model of Table 3 and Tables 10-12. Generator-mean variant: the same model and data with "
+                "b_t ~ N(mu_g, sigma_b), one baseline mean mu_g ~ N(0, 1) per generator - a sensitivity analysis "
+                "added by this project, not part of the paper's method. When generators differ in mean quality, "
+                "the paper's prior shrinks every baseline toward 0 and the shortfall is absorbed into each "
+                "generator's total shifts (the better generator's shifts come out too high, the weaker one's too "
+                "low); the variant gives that difference its own parameter.",
+                "Difference: variant minus paper model, posterior means. Sign or interval changes: yes when the "
+                "posterior mean changes sign or the 95% credible interval excludes zero in one fit but not the "
+                f"other ({n_changed} of {n_cells} cells). mu_g is on the anchor scale (anchors pinned at "
+                f"+/-{self.s['theta_anchor']:g}), relative to the Round-1 reference.",
+            ]
+            if len({r["Fit"] for r in rows}) > 1:
+                extra.append("The decomposition corpus and its fits are separate from the main corpus, so their rows "
+                             "need not equal the main-corpus rows.")
+            df = pd.DataFrame(rows, columns=cols)
+        else:
+            why = self.omitted.get("generator-mean", "no main-corpus fit in this run")
+            df = self._empty(cols, why)
+        return Built(df, self._notes(used, extra))
+
     def build(self, number: str) -> Built:
         number = str(number)
+        if number == GENERATOR_MEAN_TABLE:
+            return self.table3_generator_mean()
         if number == "3":
             return self.table3()
         if number == "4":
@@ -351,6 +440,13 @@ def table_fits(config: Mapping[str, Any], number: str) -> list[FitSpec]:
     number = str(number)
     if number == "3":
         return specs_for(plan, kind="main")
+    if number == GENERATOR_MEAN_TABLE:
+        fits = []
+        for base, variant in GENERATOR_MEAN_VARIANTS.items():
+            refits = specs_for(plan, kind=variant)
+            refit_datasets = {s.dataset for s in refits}
+            fits += [s for s in specs_for(plan, kind=base) if s.dataset in refit_datasets] + refits
+        return fits
     if number == "4":
         return specs_for(plan, kind="main") + specs_for(plan, kind="hosted")
     if number == "9":

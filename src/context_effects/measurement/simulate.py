@@ -10,6 +10,10 @@ answer and Round 2 answers, every answer rated blind by every judge, peer answer
 rated informed with d = +1/0/-1; per item one correct and one incorrect anchor (θ = ±θ_a)
 rated blind by every judge.
 
+Trial baselines are b_t ~ N(μ_g, σ_b) with a mean quality μ_g per generator
+(``generator_mean``; 0 for every generator by default, the paper model's assumption).
+Unequal μ_g is the case the paper's model misreads (``model.py``, ``generator_mean``).
+
 - ``design="main"``: Round 1, no-peer, and ``peer_variants`` (2 = authority present and
   absent) answers per peer condition — 8 answers per trial, as in the main corpus.
 - ``design="decomposition"``: Round 1, no-peer, three content-only and three peer arms
@@ -41,7 +45,8 @@ DEFAULT_KAPPA = (-2.25, -0.75, 0.5, 1.75)
 
 @dataclass
 class SimulationTruth:
-    """The planted values. ``eta`` is keyed by (generator, condition)."""
+    """The planted values. ``eta`` is keyed by (generator, condition); ``mu_gen`` is each
+    generator's mean trial baseline μ_g."""
 
     sigma_b: float
     sigma_theta: float
@@ -53,15 +58,25 @@ class SimulationTruth:
     theta_anchor: float
     b: dict[str, float] = field(repr=False)
     theta: dict[str, float] = field(repr=False)
+    mu_gen: dict[str, float] = field(default_factory=dict)
 
-    def as_params(self, data) -> dict[str, np.ndarray]:
-        """Truth in the model's raw parametrisation, indexed like ``data`` (a MeasurementData)."""
-        z_b = np.array([self.b[t] / self.sigma_b for t in data.trials])
+    def as_params(self, data, generator_mean: bool = False) -> dict[str, np.ndarray]:
+        """Truth in the model's raw parametrisation, indexed like ``data`` (a MeasurementData).
+
+        ``generator_mean``: in the variant's parametrisation, b_t = μ_g + σ_b z_t (with the
+        site ``mu_gen``); otherwise the paper's, z_t = b_t / σ_b (the same b_t, so the same
+        θ and η, with μ_g folded into z)."""
+        b = self.b_array(data)
         trial_of = np.asarray(data.answer_trial)
+        mu = np.array([self.mu_gen.get(g, 0.0) for g in data.generators])
+        trial_mu = np.zeros(data.n_trials)
+        trial_mu[trial_of] = mu[np.asarray(data.answer_generator)]
+        z_b = (b - trial_mu) / self.sigma_b if generator_mean else b / self.sigma_b
         eta = np.array([self.eta[c] for c in data.cells])
         eta1 = np.concatenate([[0.0], eta])
         theta = np.array([self.theta[a] for a in data.answers])
-        eps = (theta - self.b_array(data)[trial_of] - eta1[np.asarray(data.answer_cell) + 1]) / self.sigma_theta
+        eps = (theta - b[trial_of] - eta1[np.asarray(data.answer_cell) + 1]) / self.sigma_theta
+        extra = {"mu_gen": mu} if generator_mean else {}
         return {
             "sigma_b": np.float64(self.sigma_b),
             "sigma_theta": np.float64(self.sigma_theta),
@@ -72,6 +87,7 @@ class SimulationTruth:
             "kappa_raw": np.sort(np.asarray(self.kappa, float)),
             "z_b": z_b,
             "eps": eps,
+            **extra,
         }
 
     def b_array(self, data) -> np.ndarray:
@@ -103,6 +119,7 @@ def simulate_ratings(
     theta_anchor: float = 1.5,
     sigma_b: float = 0.7,
     sigma_theta: float = 0.3,
+    generator_mean=None,
     eta: Mapping | None = None,
     alpha=None,
     beta=None,
@@ -116,7 +133,9 @@ def simulate_ratings(
 
     ``eta`` maps a condition to one shift for every generator, or (generator, condition) to a
     cell shift. ``alpha``/``beta``/``gamma`` are a scalar, a sequence (one per judge) or a
-    mapping judge → value; defaults spread the judges (γ of both signs).
+    mapping judge → value; defaults spread the judges (γ of both signs). ``generator_mean``
+    (μ_g, the mean of each generator's trial baselines) is a scalar, a sequence (one per
+    generator) or a mapping generator → value; default 0 for every generator.
     ``missing_rate`` deletes that share of rating rows at random (recorded misses).
     """
     if design not in ("main", "decomposition"):
@@ -124,6 +143,7 @@ def simulate_ratings(
     rng = np.random.default_rng(seed)
     generators, judges = list(generators), list(judges)
     nj = len(judges)
+    mu_gen = _per(generators, generator_mean, 0.0)
     alpha_d = _per(judges, alpha, np.linspace(1.2, 1.8, nj))
     beta_d = _per(judges, beta, np.linspace(-0.2, 0.2, nj))
     gamma_d = _per(judges, gamma, np.resize([-0.33, 0.64, -0.24, 0.0, -0.1], nj))
@@ -154,7 +174,7 @@ def simulate_ratings(
         item = f"q{q:04d}"
         for g in generators:
             trial = f"{item}|{g}|seed{seed_label}"
-            b[trial] = sigma_b * rng.standard_normal()
+            b[trial] = mu_gen[g] + sigma_b * rng.standard_normal()
             for c, v in arms:
                 aid = f"{trial}|{c}|{v}"
                 shift = 0.0 if c == "round1" else eta_cells[(g, c)]
@@ -205,5 +225,6 @@ def simulate_ratings(
         theta_anchor=float(theta_anchor),
         b=b,
         theta=theta,
+        mu_gen=mu_gen,
     )
     return table, truth

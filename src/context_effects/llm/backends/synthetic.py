@@ -48,10 +48,15 @@ are ignored; no or an unknown ``study``, a missing required key or a value
 outside the listed set gives an error result naming the field(s). The planted
 per-model values are always those of this backend's ``model_name``.
 
-Planted values: the simulators' ``DEFAULTS``, then the family profile selected
-by the ``profile`` parameter, then ``params``; unknown keys raise ``ValueError``.
+Planted values: the simulators' ``DEFAULTS``, then — only when ``params`` names
+one with ``profile: <family>`` — that family's built-in values, then ``params``;
+unknown keys raise ``ValueError``. There is no hidden layer: without a named
+profile the planted values are exactly the defaults plus what the config says,
+whatever the model is called (the model name never selects a profile; the old
+``profile: auto`` is refused with a message saying to name a family).
 ``planted_effects(model_name, params)`` returns the effective values plus
-derived targets (decomposition, expected AMEL bias scores) for recovery tests.
+derived targets (decomposition, expected AMEL bias scores) for recovery tests;
+``context_effects.recovery`` writes them for a run (``results/synthetic/planted.json``).
 """
 
 from __future__ import annotations
@@ -62,7 +67,6 @@ import hashlib
 import importlib
 import json
 import math
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -88,11 +92,15 @@ SIMULATORS: dict[str, str] = {
 }
 STUDIES = tuple(SIMULATORS)
 
-#: Model families with built-in planted values (each simulator's ``PROFILES``).
-#: "auto" takes the first one found in the model name, so the order matters.
+#: Model families with built-in planted values (each simulator's ``PROFILES``); a
+#: model gets one only when its config names it (``synthetic: {profile: qwen}``).
 FAMILIES = ("qwen", "mistral", "gemma", "llama", "gpt-4o", "gpt-5")
-#: Profiles the "auto" hash fallback chooses among.
-OPEN_WEIGHT_PROFILES = ("qwen", "mistral", "gemma", "llama")
+#: Values of the ``profile`` parameter: "none" (the default) = the generic defaults only.
+PROFILE_CHOICES = ("none", *FAMILIES)
+#: The backend seed every synthetic model of a workflow run is built with
+#: (``llm.factory.make_backend``'s default): the seeded per-trial, per-item and per-task
+#: draws that recovery targets depend on use it.
+BACKEND_SEED = 0
 
 
 # ----------------------------------------------------------------------------- helpers for simulators
@@ -175,11 +183,10 @@ def simulator(study: str) -> ModuleType:
 def _tables() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, tuple[str, ...]]]:
     """Every simulator's defaults, family profiles and nested keys, merged (never mutate)."""
     defaults: dict[str, Any] = {
-        # Which built-in per-model profile to layer over the defaults: "auto" =
-        # the first FAMILIES name found in the model name (case and punctuation
-        # ignored), else one of OPEN_WEIGHT_PROFILES chosen by sha256(model_name);
-        # a family name; or "none" = the generic defaults only.
-        "profile": "auto",
+        # Which built-in family profile to layer over the defaults (before the config's
+        # own values): "none" = the generic defaults only, or a FAMILIES name. Never
+        # chosen from the model name.
+        "profile": "none",
     }
     profiles: dict[str, dict[str, Any]] = {fam: {} for fam in FAMILIES}
     nested: dict[str, tuple[str, ...]] = {}
@@ -198,23 +205,29 @@ def _tables() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, tupl
     return defaults, profiles, nested
 
 
-def _norm(s: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", s.lower())
-
-
-def resolve_profile(model_name: str, profile: str = "auto") -> str | None:
-    """The family whose planted values ``model_name`` gets (None for ``profile == "none"``)."""
+def resolve_profile(profile: str = "none") -> str | None:
+    """The family whose built-in values are layered over the defaults (None for ``"none"``)."""
     if profile == "none":
         return None
-    if profile != "auto":
-        if profile not in FAMILIES:
-            raise ValueError(f"unknown synthetic profile {profile!r}; allowed: auto, none, {', '.join(FAMILIES)}")
-        return profile
-    name = _norm(model_name)
-    for fam in FAMILIES:
-        if _norm(fam) in name:
-            return fam
-    return OPEN_WEIGHT_PROFILES[hash_int("profile", model_name) % len(OPEN_WEIGHT_PROFILES)]
+    if profile == "auto":
+        raise ValueError(
+            "synthetic param 'profile' = 'auto' is no longer supported: a model's planted values are the "
+            "defaults plus its `synthetic:` values, never chosen from its name; to layer a family's built-in "
+            f"values name it (profile: {' | '.join(FAMILIES)}), or drop `profile` for the defaults"
+        )
+    if profile not in FAMILIES:
+        raise ValueError(f"unknown synthetic profile {profile!r}; allowed: {', '.join(PROFILE_CHOICES)}")
+    return profile
+
+
+def parameter_names() -> list[str]:
+    """Every planted parameter a model's ``synthetic:`` mapping may set (the schema lists the same)."""
+    return sorted(_tables()[0])
+
+
+def nested_keys() -> dict[str, tuple[str, ...]]:
+    """Planted parameters that are mappings, with their allowed keys."""
+    return dict(_tables()[2])
 
 
 def _merge_dict(key: str, base: Mapping[str, float], over: Any, allowed: Sequence[str]) -> dict[str, float]:
@@ -229,7 +242,11 @@ def _merge_dict(key: str, base: Mapping[str, float], over: Any, allowed: Sequenc
 
 
 def effective_params(model_name: str, params: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
-    """Defaults ⊕ family profile ⊕ ``params``, validated; and the profile used."""
+    """Defaults ⊕ the named family profile (if any) ⊕ ``params``, validated; and the profile used.
+
+    ``model_name`` does not change the values (it is kept for the callers' symmetry with
+    ``planted_effects``): without ``profile`` in ``params`` the result is the defaults
+    updated by ``params`` exactly."""
     defaults, profiles, nested = _tables()
     params = dict(params or {})
     unknown = sorted(set(params) - set(defaults))
@@ -238,7 +255,7 @@ def effective_params(model_name: str, params: Mapping[str, Any] | None = None) -
     profile_opt = params.get("profile", defaults["profile"])
     if not isinstance(profile_opt, str):
         raise ValueError(f"synthetic param 'profile' must be a string, got {profile_opt!r}")
-    fam = resolve_profile(model_name, profile_opt)
+    fam = resolve_profile(profile_opt)
     eff = copy.deepcopy(defaults)
     eff["profile"] = profile_opt
     layers = [profiles[fam]] if fam else []

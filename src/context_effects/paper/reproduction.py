@@ -1,0 +1,250 @@
+"""The reproduction report: every number the seed papers print beside what this run got.
+
+``paper/published/<study>/*.csv`` holds the transcribed numbers (their columns are
+described in ``paper/published/README.md``); each names the registry table, row and
+column that reproduce it. A row's status:
+
+* ``agrees`` — the published value lies inside the reproduced 95% interval; where the
+  table prints no interval, the reproduced value lies inside the published range (an
+  interval, or a bound such as p < 1e-46 transcribed as [0, 1e-46]) or, without one,
+  equals the published value at the printed precision;
+* ``differs`` — otherwise;
+* ``not produced`` — no table of this project reproduces it, the run did not write that
+  table or row, or the cell holds no estimate (its text says why);
+* ``not comparable`` — the run is a demo or synthetic run (tiny or simulated models), or
+  the row names a model this run did not use. The reproduced value is still shown.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from context_effects.paper.lookup import MissingNumber, lookup, parse_row, table_path
+
+COLUMNS = ["id", "section", "quantity", "value", "lower", "upper", "decimals", "table", "row", "column",
+           "scale", "note"]
+STATUSES = ("agrees", "differs", "not produced", "not comparable")
+#: Columns of the results tables that name a model: a selector value absent there means
+#: this run used other models, not that the analysis is missing.
+MODEL_COLUMNS = ("Model", "Generator", "Judge", "model", "generator", "judge")
+KIND_REASONS = {
+    "demo": "demo run: tiny local models on a few items",
+    "synthetic": "synthetic run: simulated models with planted effects",
+}
+
+
+def read_published(files: Iterable[str | Path]) -> pd.DataFrame:
+    """All transcribed numbers, one row each, with ``study`` from the folder name.
+    A file whose columns are not the documented ones is an error naming the file."""
+    frames = []
+    for f in sorted(Path(p) for p in files):
+        df = pd.read_csv(f, dtype=str, keep_default_na=False)
+        if list(df.columns) != COLUMNS:
+            raise ValueError(f"{f}: columns {list(df.columns)}; expected {COLUMNS} (paper/published/README.md)")
+        df.insert(0, "study", f.parent.name)
+        df.insert(1, "file", f.name)
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=["study", "file", *COLUMNS])
+    out = pd.concat(frames, ignore_index=True)
+    dup = out[out.duplicated(["study", "id"], keep=False)]
+    if not dup.empty:
+        raise ValueError(f"duplicate published ids: {sorted(set(dup['study'] + '/' + dup['id']))}")
+    return out
+
+
+def _float(text: str) -> float | None:
+    text = (text or "").strip().replace("−", "-").replace(",", "")
+    return float(text) if text else None
+
+
+def _model_absent(published: Mapping[str, Any], results: Path) -> str | None:
+    """The model a row's selector names that the run's table does not have, if any."""
+    try:
+        df = pd.read_csv(table_path(published["table"], results), dtype=str, keep_default_na=False)
+    except (FileNotFoundError, ValueError):
+        return None
+    selector = parse_row(published["row"])
+    for col, value in selector.items():
+        # AMEL's tables name the model in `group` on their per-model rows (scope=model)
+        names_model = col in MODEL_COLUMNS or (col == "group" and selector.get("scope") == "model")
+        if names_model and col in df.columns and value not in set(df[col].str.strip()):
+            return value
+    return None
+
+
+def agrees(published: float, decimals: int, value: float, lower: float | None, upper: float | None,
+           published_lower: float | None = None, published_upper: float | None = None) -> tuple[bool, str]:
+    """Whether the numbers agree, and by which rule (see the module docstring)."""
+    if lower is not None and upper is not None:
+        return min(lower, upper) <= published <= max(lower, upper), "the reproduced 95% interval"
+    if published_lower is not None and published_upper is not None:
+        lo, hi = sorted((published_lower, published_upper))
+        return lo <= value <= hi, "the published interval"
+    half_unit = 0.5 * 10 ** (-decimals)
+    return abs(value - published) <= half_unit * (1 + 1e-9), f"equality at {decimals} decimals"
+
+
+def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict) -> dict[str, Any]:
+    published = _float(p["value"])
+    decimals = int(p["decimals"]) if str(p["decimals"]).strip() else 3
+    scale = _float(p["scale"]) or 1.0
+    out: dict[str, Any] = {
+        "study": p["study"], "id": p["id"], "section": p["section"], "quantity": p["quantity"],
+        "published": published, "published_lower": _float(p["lower"]), "published_upper": _float(p["upper"]),
+        "decimals": decimals, "reproduced": math.nan, "reproduced_lower": math.nan, "reproduced_upper": math.nan,
+        "difference": math.nan, "status": "", "reason": "",
+        "source": f"{p['table']} [{p['row']}] {p['column']}".strip() if p["table"] else "",
+    }
+    comparable = run_kind == "paper"
+    if p["table"] == "manifest":  # a design setting: compare with the run's resolved config
+        return _compare_setting(p, out, results, run_kind)
+    if not p["table"]:
+        return {**out, "status": "not produced", "reason": p["note"] or "no table of this project reproduces it"}
+    try:
+        cell = lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
+    except MissingNumber as err:
+        absent = _model_absent(p, results)
+        if not comparable:
+            return {**out, "status": "not comparable", "reason": f"{KIND_REASONS.get(run_kind, run_kind)}; {err}"}
+        if absent is not None:
+            return {**out, "status": "not comparable", "reason": f"this run has no model {absent!r}"}
+        return {**out, "status": "not produced", "reason": str(err)}
+    if cell is None:
+        return {**out, "status": "not produced" if comparable else "not comparable",
+                "reason": "the cell holds no estimate" + ("" if comparable else f"; {KIND_REASONS.get(run_kind)}")}
+    value = cell.value * scale
+    lower = cell.lower * scale if cell.lower is not None else None
+    upper = cell.upper * scale if cell.upper is not None else None
+    out.update(reproduced=value, reproduced_lower=lower if lower is not None else math.nan,
+               reproduced_upper=upper if upper is not None else math.nan,
+               difference=value - published if published is not None else math.nan)
+    if published is None:
+        return {**out, "status": "not produced", "reason": "no published value transcribed"}
+    if not comparable:
+        return {**out, "status": "not comparable", "reason": KIND_REASONS.get(run_kind, f"{run_kind} run")}
+    ok, rule = agrees(published, decimals, value, lower, upper, out["published_lower"], out["published_upper"])
+    return {**out, "status": "agrees" if ok else "differs", "reason": f"{'meets' if ok else 'fails'} {rule}"}
+
+
+def manifest_value(manifest: Mapping[str, Any], path: str) -> float:
+    """A number from the run manifest: a dotted path (``config.amel.position_biased_turns``;
+    an integer part indexes a list) or, with a trailing ``#``, the length of the list or
+    mapping there (``config.amel.models#`` = how many models)."""
+    count = path.endswith("#")
+    node: Any = manifest
+    # a key with a dot in it (a model key like qwen2.5-7b) is written in brackets:
+    # config.models[qwen2.5-7b].engine.max_model_len
+    parts = [a or b for a, b in re.findall(r"\[([^\]]+)\]|([^.\[\]]+)", path.rstrip("#"))]
+    for part in parts:
+        try:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        except (KeyError, IndexError, ValueError, TypeError):
+            raise MissingNumber(f"the run manifest has no {path!r}") from None
+    value = len(node) if count else node
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MissingNumber(f"the run manifest's {path!r} is {value!r}, not a number")
+    return float(value)
+
+
+def _compare_setting(p: Mapping[str, Any], out: dict[str, Any], results: Path, run_kind: str) -> dict[str, Any]:
+    manifest = json.loads((results / "run" / "manifest.json").read_text())
+    try:
+        value = manifest_value(manifest, p["column"])
+    except MissingNumber as err:
+        return {**out, "status": "not produced", "reason": str(err)}
+    published = out["published"]
+    out.update(reproduced=value, difference=value - published, source=f"manifest {p['column']}")
+    if run_kind != "paper":
+        return {**out, "status": "not comparable", "reason": KIND_REASONS.get(run_kind, f"{run_kind} run")}
+    ok = value == published
+    return {**out, "status": "agrees" if ok else "differs", "reason": "a design setting of the run's config"}
+
+
+def compare(published: pd.DataFrame, results: str | Path, run_kind: str) -> pd.DataFrame:
+    """One row per published number with its reproduced value, difference and status."""
+    frames: dict = {}
+    rows = [compare_row(p, Path(results), run_kind, frames) for p in published.to_dict("records")]
+    return pd.DataFrame(rows, columns=None if rows else ["study", "id", "status"])
+
+
+def _fmt(x: float | None, decimals: int) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    if x != 0 and (abs(x) < 1e-4 or abs(x) >= 1e7):  # p-values like 3.7e-17 in three characters, not forty
+        return f"{x:.2e}"
+    return f"{x:+.{min(decimals, 6)}f}" if x < 0 else f"{x:.{min(decimals, 6)}f}"
+
+
+def _with_interval(r: Mapping[str, Any], key: str) -> str:
+    d = int(r["decimals"])
+    text = _fmt(r[key], d)
+    lo, hi = r[f"{key}_lower"], r[f"{key}_upper"]
+    if text and lo is not None and hi is not None and not (math.isnan(lo) or math.isnan(hi)):
+        text += f" [{_fmt(lo, d)}, {_fmt(hi, d)}]"
+    return text
+
+
+def summary(report: pd.DataFrame) -> pd.DataFrame:
+    """Counts of each status per study."""
+    counts = report.groupby(["study", "status"]).size().unstack(fill_value=0)
+    return counts.reindex(columns=list(STATUSES), fill_value=0).reset_index()
+
+
+def to_markdown(report: pd.DataFrame, run_kind: str) -> str:
+    lines = ["# Reproduction report", ""]
+    if run_kind != "paper":
+        lines += [f"> {KIND_REASONS.get(run_kind, run_kind).capitalize()}: every row is `not comparable`; the "
+                  "reproduced values show that each published number has a place in this run's tables.", ""]
+    lines += ["Every number the seed papers print (`paper/published/`) beside this run's value. `agrees`: "
+              "the published value is inside the reproduced 95% interval, or equal at the printed precision "
+              "where the table has no interval.", "", "| study | " + " | ".join(STATUSES) + " |",
+              "|---|" + "---|" * len(STATUSES)]
+    for r in summary(report).to_dict("records"):
+        lines.append(f"| {r['study']} | " + " | ".join(str(r[s]) for s in STATUSES) + " |")
+    for study, block in report.groupby("study", sort=False):
+        lines += ["", f"## {study}", "", "| section | quantity | published | reproduced | difference | status | why |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in block.to_dict("records"):
+            cells = [r["section"], r["quantity"], _with_interval(r, "published"), _with_interval(r, "reproduced"),
+                     _fmt(r["difference"], int(r["decimals"])), r["status"], r["reason"]]
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(report: pd.DataFrame, run_kind: str) -> str:
+    """A longtable for the paper's appendix (compact: section, quantity, both values, status)."""
+    from context_effects.tables import latex_escape
+
+    head = (r"Section & Quantity & Published & Reproduced & Status \\")
+    lines = [r"{\scriptsize", r"\begin{longtable}{p{0.17\textwidth}p{0.33\textwidth}p{0.14\textwidth}"
+             r"p{0.17\textwidth}p{0.09\textwidth}}",
+             r"\caption{Every number the seed papers print beside this run's value. "
+             + latex_escape(KIND_REASONS.get(run_kind, "").capitalize() + ("." if run_kind != "paper" else ""))
+             + r"}\label{tab:reproduction}\\", r"\toprule", head, r"\midrule", r"\endfirsthead", r"\toprule", head,
+             r"\midrule", r"\endhead", r"\bottomrule", r"\endfoot"]
+    for r in report.to_dict("records"):
+        cells = [r["section"], r["quantity"], _with_interval(r, "published"), _with_interval(r, "reproduced"),
+                 r["status"]]
+        lines.append(" & ".join(latex_escape(c).replace("-", "-{}") for c in cells) + r" \\")
+    lines += [r"\end{longtable}", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(published_files: Iterable[str | Path], manifest: str | Path, results: str | Path,
+                 csv_path: str | Path, md_path: str | Path, tex_path: str | Path) -> pd.DataFrame:
+    run_kind = json.loads(Path(manifest).read_text())["config"]["run"]["kind"]
+    report = compare(read_published(published_files), results, run_kind)
+    for p in (csv_path, md_path, tex_path):
+        Path(p).parent.mkdir(parents=True, exist_ok=True)
+    report.to_csv(csv_path, index=False)
+    Path(md_path).write_text(to_markdown(report, run_kind))
+    Path(tex_path).write_text(to_latex(report, run_kind))
+    return report

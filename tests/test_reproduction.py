@@ -1,0 +1,193 @@
+"""The reproduction report: published numbers beside a run's tables, and the status of each."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from context_effects.paper.lookup import MissingNumber, lookup, parse_cell
+from context_effects.paper.reproduction import COLUMNS, compare, read_published, write_report
+from context_effects.tables import write_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _results(tmp_path: Path) -> Path:
+    t = tmp_path / "results/tables/conformity"
+    table3 = pd.DataFrame({"Dataset": ["TruthfulQA", "TruthfulQA"], "Model": ["Qwen2.5-7B", "Mistral-7B"],
+                           "All-Wrong": ["-0.209 [-0.228, -0.189]", "-0.100 [-0.150, -0.050]"],
+                           "Diagnostics": ["OK", "OK"]})
+    write_table(table3, t / "table3.csv", t / "table3.tex", "Shifts", "tab:3")
+    table5 = pd.DataFrame({"Quantity": ["Ranked higher", "Separation"], "Reference-free": [0.7331, 1.594]})
+    write_table(table5, t / "table5.csv", t / "table5.tex", "Anchors", "tab:5")
+    return tmp_path / "results"
+
+
+def _published(rows: list[dict]) -> pd.DataFrame:
+    full = [{c: str(r.get(c, "")) for c in COLUMNS} for r in rows]
+    df = pd.DataFrame(full, columns=COLUMNS)
+    df.insert(0, "study", "conformity")
+    return df
+
+
+def _row(id_, value, **kw):
+    return {"id": id_, "section": "Results; Table", "quantity": id_, "value": value, "decimals": 3, **kw}
+
+
+T3 = {"table": "conformity/table3", "column": "All-Wrong"}
+QWEN = "Dataset=TruthfulQA; Model=Qwen2.5-7B"
+
+
+def test_statuses_on_a_paper_run(tmp_path):
+    results = _results(tmp_path)
+    published = _published([
+        _row("inside", "-0.209", row=QWEN, **T3),
+        _row("moved", "-0.300", row=QWEN, **T3),  # a number moved on purpose
+        _row("edge", "-0.189", row=QWEN, **T3),  # the interval's end counts as inside
+        _row("percent", "73.3", decimals=1, scale=100, table="conformity/table5", row="Quantity=Ranked higher",
+             column="Reference-free"),
+        _row("rounded-off", "1.60", decimals=2, table="conformity/table5", row="Quantity=Separation",
+             column="Reference-free"),
+        _row("no-table", "54", decimals=0, note="no table reproduces the Round-1 match rate"),
+        _row("other-model", "-0.183", row="Dataset=TruthfulQA; Model=Llama-3.1-8B", **T3),
+        _row("no-row", "-0.183", row="Dataset=MMLU-Pro; Model=Qwen2.5-7B", **T3),
+        _row("no-file", "0.235", table="conformity/agreement", row="", column="alpha"),
+    ])
+    report = compare(published, results, "paper").set_index("id")
+    assert report.loc["inside", "status"] == "agrees"
+    assert report.loc["inside", "reproduced_lower"] == pytest.approx(-0.228)
+    assert report.loc["moved", "status"] == "differs"
+    assert report.loc["moved", "difference"] == pytest.approx(-0.209 + 0.300)
+    assert report.loc["edge", "status"] == "agrees"
+    assert report.loc["percent", "status"] == "agrees" and report.loc["percent", "reproduced"] == pytest.approx(73.31)
+    # 1.594 prints as 1.59 at two decimals, not 1.60
+    assert report.loc["rounded-off", "status"] == "differs"
+    assert report.loc["no-table", "status"] == "not produced"
+    assert "Round-1 match rate" in report.loc["no-table", "reason"]
+    assert report.loc["other-model", "status"] == "not comparable"
+    assert "Llama-3.1-8B" in report.loc["other-model", "reason"]
+    assert report.loc["no-row", "status"] == "not produced" and "no row" in report.loc["no-row", "reason"]
+    assert report.loc["no-file", "status"] == "not produced" and "not written" in report.loc["no-file", "reason"]
+
+
+def test_demo_and_synthetic_runs_are_never_compared(tmp_path):
+    results = _results(tmp_path)
+    published = _published([_row("moved", "-0.300", row=QWEN, **T3)])
+    for kind in ("demo", "synthetic"):
+        r = compare(published, results, kind).iloc[0]
+        assert r["status"] == "not comparable" and kind in r["reason"]
+        assert r["reproduced"] == pytest.approx(-0.209)  # the value is still shown
+
+
+def test_report_files_and_malformed_published_files(tmp_path):
+    results = _results(tmp_path)
+    pub = tmp_path / "published/conformity"
+    pub.mkdir(parents=True)
+    _published([_row("inside", "-0.209", row=QWEN, **T3)]).drop(columns="study").to_csv(pub / "table3.csv",
+                                                                                       index=False)
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"config": {"run": {"kind": "paper"}}}))
+    out = tmp_path / "out"
+    report = write_report([pub / "table3.csv"], manifest, results, out / "r.csv", out / "r.md", out / "r.tex")
+    assert report["status"].tolist() == ["agrees"]
+    assert "| conformity | 1 | 0 | 0 | 0 |" in (out / "r.md").read_text()
+    assert r"\begin{longtable}" in (out / "r.tex").read_text()
+    (pub / "bad.csv").write_text("id,value\nx,1\n")
+    with pytest.raises(ValueError, match="bad.csv: columns"):
+        read_published([pub / "table3.csv", pub / "bad.csv"])
+
+
+def test_cells_and_selectors():
+    assert parse_cell("+0.257 [+0.220, +0.292]").upper == pytest.approx(0.292)
+    assert parse_cell("−0.05").value == pytest.approx(-0.05)
+    assert parse_cell("1,537").value == 1537
+    assert parse_cell("not estimated: no fit") is None
+    with pytest.raises(MissingNumber, match="not written"):
+        lookup("conformity/none", None, "x", results="nowhere")
+
+
+def test_every_transcribed_number_names_a_registry_table():
+    """The published files as shipped: the documented columns, unique ids, and every
+    table they name is registered (a typo would silently read as "not produced")."""
+    from context_effects.outputs import registry
+
+    published = read_published(sorted((REPO / "paper/published").glob("*/*.csv")))
+    assert len(published) > 0
+    for t in sorted(set(published["table"]) - {"", "manifest"}):
+        study, _, name = t.partition("/")
+        registry(study).table(name)
+    assert published["value"].str.strip().ne("").all()
+    no_table = published[published["table"] == ""]
+    assert no_table["note"].str.strip().ne("").all(), "a number without a table says why in its note"
+
+
+def test_published_bounds_and_amel_model_rows(tmp_path):
+    """A bound the seed prints (p < 1e-46, stored as [0, 1e-46]) is checked against the
+    reproduced point; an AMEL per-model row of a model this run lacks is not comparable."""
+    t = tmp_path / "results/tables/amel"
+    effects = pd.DataFrame({"scope": ["model", "overall"], "group": ["qwen", "all"], "p": [3e-50, 2e-40],
+                            "d": [-0.2, -0.17]})
+    write_table(effects, t / "effects.csv", t / "effects.tex", "Effects", "tab:e")
+    published = _published([
+        _row("tiny-p", "1e-46", lower="0", upper="1e-46", table="amel/effects", row="scope=overall; group=all",
+             column="p"),
+        _row("d", "-0.17", decimals=2, table="amel/effects", row="scope=overall; group=all", column="d"),
+        _row("other", "-0.18", decimals=2, table="amel/effects", row="scope=model; group=claude-sonnet",
+             column="d"),
+    ])
+    report = compare(published, tmp_path / "results", "paper").set_index("id")
+    assert report.loc["tiny-p", "status"] == "differs"  # 2e-40 is not below 1e-46
+    assert "published interval" in report.loc["tiny-p", "reason"]
+    assert report.loc["d", "status"] == "agrees"
+    assert report.loc["other", "status"] == "not comparable"
+
+
+def test_design_settings_compare_with_the_manifest(tmp_path):
+    run = tmp_path / "results/run"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"config": {"amel": {
+        "position_biased_turns": 5, "models": ["a", "b", "c"], "history_lengths": [5, 10, 50]}}}))
+    published = _published([
+        _row("turns", "5", decimals=0, table="manifest", column="config.amel.position_biased_turns"),
+        _row("models", "11", decimals=0, table="manifest", column="config.amel.models#"),
+        _row("k_long", "50", decimals=0, table="manifest", column="config.amel.history_lengths.2"),
+        _row("typo", "50", decimals=0, table="manifest", column="config.amel.history_length.2"),
+    ])
+    report = compare(published, tmp_path / "results", "paper").set_index("id")
+    assert report.loc["turns", "status"] == "agrees" and report.loc["k_long", "status"] == "agrees"
+    assert report.loc["models", "status"] == "differs" and report.loc["models", "reproduced"] == 3
+    assert report.loc["typo", "status"] == "not produced" and "history_length" in report.loc["typo", "reason"]
+
+
+def test_the_deviations_ledger_prints_every_entry():
+    """The paper's appendix and the run report print the ledger from its one data file."""
+    from context_effects.paper.deviations import load_ledger, report_section, to_latex
+
+    entries = load_ledger(REPO / "docs/deviations.yaml")
+    tex, report = to_latex(entries), "\n".join(report_section(entries))
+    for e in entries:
+        assert e["id"].replace("_", r"\_") in tex and f"(`{e['id']}`)" in report
+    assert tex.count(r"\begin{longtable}") == len({e["study"] for e in entries})
+
+
+def test_intervals_kept_apart_from_the_value_and_bracketed_manifest_keys(tmp_path):
+    t = tmp_path / "results/tables/conformity"
+    table4 = pd.DataFrame({"Judge": ["Gemma-2-9B"], "gamma_j": [-0.33], "95% CrI": ["[-0.36, -0.30]"],
+                           "CI low": [-0.5], "CI high": [-0.1], "Parameters": ["9.2B"]})
+    write_table(table4, t / "table4.csv", t / "table4.tex", "Loadings", "tab:4")
+    cell = lookup("conformity/table4", "Judge=Gemma-2-9B", "gamma_j @ 95% CrI", results=tmp_path / "results")
+    assert (cell.value, cell.lower, cell.upper) == (-0.33, -0.36, -0.30)
+    cell = lookup("conformity/table4", "Judge=Gemma-2-9B", "gamma_j @ CI low, CI high", results=tmp_path / "results")
+    assert (cell.lower, cell.upper) == (-0.5, -0.1)
+    assert lookup("conformity/table4", None, "Parameters", results=tmp_path / "results").value == 9.2
+    with pytest.raises(MissingNumber, match="interval column"):
+        lookup("conformity/table4", None, "gamma_j @ CrI", results=tmp_path / "results")
+    run = tmp_path / "results/run"
+    run.mkdir(parents=True)
+    (run / "manifest.json").write_text(json.dumps({"config": {"models": {"qwen2.5-7b": {"engine": {"n": 4096}}}}}))
+    published = _published([_row("len", "4096", decimals=0, table="manifest",
+                                 column="config.models[qwen2.5-7b].engine.n")])
+    assert compare(published, tmp_path / "results", "paper")["status"].tolist() == ["agrees"]

@@ -1,0 +1,37 @@
+# Synthetic runs only (run.kind synthetic, or any synthetic model a study calls): the
+# values the synthetic models plant, from the config alone, and the planted-vs-estimated
+# table with coverage for every study (context_effects.recovery). For other runs
+# dag.synthetic_targets is empty and nothing here is asked for.
+
+
+rule synthetic_planted:
+    """Every value the synthetic models plant, by study and model (the simulators' resolved values)."""
+    output:
+        "results/synthetic/planted.json",
+    log:
+        "logs/synthetic/planted.log",
+    conda:
+        "../../envs/amel.yaml"
+    resources:
+        **dag.rule_resources(config, "synthetic_planted", runtime=5, mem_mb=1000),
+    params:
+        inputs=dag.synthetic_planted_params(config),
+    script:
+        "../scripts/synthetic_planted.py"
+
+
+rule recovery:
+    """Planted values against the run's estimates (fits, AMEL bias scores, Study H pulls), with coverage."""
+    input:
+        **dag.recovery_inputs(config),
+    output:
+        csv="results/synthetic/recovery.csv",
+        md="results/synthetic/recovery.md",
+    log:
+        "logs/synthetic/recovery.log",
+    conda:
+        "../../envs/amel.yaml"
+    resources:
+        **dag.rule_resources(config, "recovery", runtime=10, mem_mb=2000),
+    script:
+        "../scripts/recovery_table.py"

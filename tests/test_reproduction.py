@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from context_effects.paper.lookup import MissingNumber, lookup, parse_cell
-from context_effects.paper.reproduction import COLUMNS, compare, read_published, write_report
+from context_effects.paper.reproduction import COLUMNS, compare, read_published, to_markdown, write_report
 from context_effects.tables import write_table
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,3 +191,18 @@ def test_intervals_kept_apart_from_the_value_and_bracketed_manifest_keys(tmp_pat
     published = _published([_row("len", "4096", decimals=0, table="manifest",
                                  column="config.models[qwen2.5-7b].engine.n")])
     assert compare(published, tmp_path / "results", "paper")["status"].tolist() == ["agrees"]
+
+
+def test_table3_cells_carry_the_generator_mean_refit_flag(tmp_path):
+    results = _results(tmp_path)
+    t = results / "tables/conformity"
+    variant = pd.DataFrame({"Dataset": ["TruthfulQA", "TruthfulQA"], "Fit": ["main corpus", "decomposition corpus"],
+                            "Model": ["Qwen2.5-7B", "Qwen2.5-7B"], "Quantity": ["All-Wrong", "All-Wrong"],
+                            "Sign or interval changes": ["yes", "no"]})
+    write_table(variant, t / "table3_generator_mean.csv", t / "table3_generator_mean.tex", "Variant", "tab:3g")
+    published = _published([_row("inside", "-0.209", row=QWEN, **T3),
+                            _row("t5", "73.3", decimals=1, scale=100, table="conformity/table5",
+                                 row="Quantity=Ranked higher", column="Reference-free")])
+    report = compare(published, results, "paper")
+    assert report["generator_mean_changes"].tolist() == ["yes", ""]
+    assert "generator-mean refit changes its sign" in to_markdown(report, "paper")

@@ -36,7 +36,8 @@ LATEXMK := /usr/bin/latexmk
 
 $(LATEXMK):
 	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-recommended texlive-latex-extra latexmk poppler-utils >/dev/null; \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-recommended texlive-latex-extra latexmk poppler-utils >/dev/null) \
+	  || echo "note: apt-get could not install LaTeX; paper/paper.pdf needs it (or set paper: {pdf: false})"; \
 	else echo "note: LaTeX not installed (apt-get install texlive-latex-recommended texlive-latex-extra latexmk poppler-utils); paper/paper.pdf needs it"; fi
 
 $(STAMP): pyproject.toml | $(BIN)/python $(WORDNET) $(LATEXMK)

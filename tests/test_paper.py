@@ -259,17 +259,6 @@ def test_registry_captions_use_only_mapped_characters():
             assert not odd, f"{study}/{entry.name}: {odd} not mapped in paper/preamble.tex"
 
 
-SYNRUN = Path("/tmp/synrun/results/tables")
-
-
-@pytest.mark.skipif(not SYNRUN.is_dir(), reason="no finished synthetic run at /tmp/synrun to sample")
-def test_a_sample_of_synthetic_tables_has_no_unmapped_character():
-    mapped = build.mapped_characters(REPO / "paper" / "preamble.tex")
-    files = sorted(SYNRUN.glob("*/*.tex"))
-    assert files
-    assert build.unmapped_characters(files, mapped) == []
-
-
 def test_to_latex_shrinks_wide_tables_and_keeps_the_csv(tmp_path):
     from context_effects.tables import write_table
 
@@ -397,6 +386,8 @@ def test_paper_pdf_builds_on_the_synthetic_backend(workdir, tmp_path):
     pdf = workdir / "paper" / "paper.pdf"
     assert pdf.stat().st_size > 10_000
     assert _page_one(pdf).count(" ".join(run_notes("synthetic")[0].split())) == 1
+    mapped = build.mapped_characters(REPO / "paper" / "preamble.tex")
+    assert build.unmapped_characters(sorted((workdir / "results" / "tables").glob("*/*.tex")), mapped) == []
     numbers_tex = (workdir / "results" / "paper" / "numbers.tex").read_text()
     assert r"\newcommand{\TwoTruthfulQANoPeer}{" in numbers_tex and r"\PaperRunfalse" in numbers_tex
 

@@ -230,8 +230,8 @@ def to_markdown(report: pd.DataFrame, run_kind: str) -> str:
         lines += [f"> {KIND_REASONS.get(run_kind, run_kind).capitalize()}: every row is `not comparable`; the "
                   "reproduced values show that each published number has a place in this run's tables.", ""]
     lines += ["Every number the seed papers print (`paper/published/`) beside this run's value. `agrees`: "
-              "the published value is inside the reproduced 95% interval, or equal at the printed precision "
-              "where the table has no interval.", "", "| study | " + " | ".join(STATUSES) + " |",
+              "the published value is inside the reproduced 95% interval; where the table prints none, the "
+              "reproduced value is inside the published interval or, without one, equal at the printed precision.", "", "| study | " + " | ".join(STATUSES) + " |",
               "|---|" + "---|" * len(STATUSES)]
     for r in summary(report).to_dict("records"):
         lines.append(f"| {r['study']} | " + " | ".join(str(r[s]) for s in STATUSES) + " |")

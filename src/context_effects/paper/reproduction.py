@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from context_effects.paper.lookup import MissingNumber, lookup, parse_row, table_path
+from context_effects.paper.lookup import MissingNumber, lookup, parse_row, select_row, table_path
 
 COLUMNS = ["id", "section", "quantity", "value", "lower", "upper", "decimals", "table", "row", "column",
            "scale", "note"]
@@ -65,10 +65,18 @@ def _float(text: str) -> float | None:
     return float(text) if text else None
 
 
-def _model_absent(published: Mapping[str, Any], results: Path) -> str | None:
+def _table(table: str, results: Path, frames: dict) -> pd.DataFrame:
+    """A results table read once per report (``frames`` caches it, as ``lookup`` does)."""
+    path = table_path(table, results)
+    if path not in frames:
+        frames[path] = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return frames[path]
+
+
+def _model_absent(published: Mapping[str, Any], results: Path, frames: dict) -> str | None:
     """The model a row's selector names that the run's table does not have, if any."""
     try:
-        df = pd.read_csv(table_path(published["table"], results), dtype=str, keep_default_na=False)
+        df = _table(published["table"], results, frames)
     except (FileNotFoundError, ValueError):
         return None
     selector = parse_row(published["row"])
@@ -105,13 +113,13 @@ def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict
     }
     comparable = run_kind == "paper"
     if p["table"] == "manifest":  # a design setting: compare with the run's resolved config
-        return _compare_setting(p, out, results, run_kind)
+        return _compare_setting(p, out, results, run_kind, frames)
     if not p["table"]:
         return {**out, "status": "not produced", "reason": p["note"] or "no table of this project reproduces it"}
     try:
         cell = lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
     except MissingNumber as err:
-        absent = _model_absent(p, results)
+        absent = _model_absent(p, results, frames)
         if not comparable:
             return {**out, "status": "not comparable", "reason": f"{KIND_REASONS.get(run_kind, run_kind)}; {err}"}
         if absent is not None:
@@ -154,8 +162,11 @@ def manifest_value(manifest: Mapping[str, Any], path: str) -> float:
     return float(value)
 
 
-def _compare_setting(p: Mapping[str, Any], out: dict[str, Any], results: Path, run_kind: str) -> dict[str, Any]:
-    manifest = json.loads((results / "run" / "manifest.json").read_text())
+def _compare_setting(p: Mapping[str, Any], out: dict[str, Any], results: Path, run_kind: str,
+                     frames: dict) -> dict[str, Any]:
+    if "manifest" not in frames:  # read once per report, not once per setting
+        frames["manifest"] = json.loads((results / "run" / "manifest.json").read_text())
+    manifest = frames["manifest"]
     try:
         value = manifest_value(manifest, p["column"])
     except MissingNumber as err:
@@ -181,13 +192,9 @@ def sensitivity_flag(p: Mapping[str, Any], results: Path, frames: dict) -> str:
         return ""
     table, fit, column = SENSITIVITY[p["table"]]
     row = "; ".join(part for part in (p["row"], fit, f"Quantity={p['column']}") if part)
-    path = table_path(table, results)
     try:
-        if path not in frames:
-            frames[path] = pd.read_csv(path, dtype=str, keep_default_na=False)
-        from context_effects.paper.lookup import select_row
-
-        return str(select_row(frames[path], row, str(path))[column]).strip()
+        found = select_row(_table(table, results, frames), row, str(table_path(table, results)))
+        return str(found[column]).strip()
     except (FileNotFoundError, MissingNumber, KeyError):
         return ""
 

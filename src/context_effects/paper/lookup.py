@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import pandas as pd
@@ -143,3 +144,21 @@ def lookup(table: str, row: str | None, column: str, results: str | Path = "resu
         return cell
     bounds = _interval(found, interval_columns, str(path))
     return Cell(cell.value, *bounds, text=cell.text) if bounds else cell
+
+
+def manifest_node(manifest: Any, path: str) -> Any:
+    """The value at ``path`` of the run manifest (``results/run/manifest.json``): dotted keys,
+    an integer part indexing a list, and a key holding a dot written in brackets
+    (``config.models[qwen2.5-7b].engine``). KeyError names the missing key and what is there."""
+    node, done = manifest, []
+    for a, b in re.findall(r"\[([^\]]+)\]|([^.\[\]]+)", path):
+        key = a or b
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            have = sorted(node) if isinstance(node, dict) else type(node).__name__
+            raise KeyError(f"manifest has no {'.'.join([*done, key])} (at {'.'.join(done) or 'top level'}: {have})")
+        done.append(key)
+    return node

@@ -236,20 +236,11 @@ def _table_value(entry: Entry, results: str | Path, frames: dict) -> Value:
 
 def manifest_value(manifest: dict[str, Any] | None, path: str) -> Any:
     """The value at dotted ``path`` of the manifest; KeyError naming the missing key."""
+    from context_effects.paper.lookup import manifest_node
+
     if manifest is None:
         raise KeyError("results/run/manifest.json was not read")
-    node: Any = manifest
-    done: list[str] = []
-    for key in path.split("."):
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            have = sorted(node) if isinstance(node, dict) else type(node).__name__
-            raise KeyError(f"manifest has no {'.'.join([*done, key])} (at {'.'.join(done) or 'top level'}: {have})")
-        done.append(key)
-    return node
+    return manifest_node(manifest, path)
 
 
 def _manifest_value(entry: Entry, manifest: dict[str, Any] | None) -> Value:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from context_effects.paper.lookup import MissingNumber, lookup, parse_row, select_row, table_path
+from context_effects.paper.lookup import MissingNumber, lookup, manifest_node, parse_row, select_row, table_path
 
 COLUMNS = ["id", "section", "quantity", "value", "lower", "upper", "decimals", "table", "row", "column",
            "scale", "note"]
@@ -147,15 +146,10 @@ def manifest_value(manifest: Mapping[str, Any], path: str) -> float:
     an integer part indexes a list) or, with a trailing ``#``, the length of the list or
     mapping there (``config.amel.models#`` = how many models)."""
     count = path.endswith("#")
-    node: Any = manifest
-    # a key with a dot in it (a model key like qwen2.5-7b) is written in brackets:
-    # config.models[qwen2.5-7b].engine.max_model_len
-    parts = [a or b for a, b in re.findall(r"\[([^\]]+)\]|([^.\[\]]+)", path.rstrip("#"))]
-    for part in parts:
-        try:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        except (KeyError, IndexError, ValueError, TypeError):
-            raise MissingNumber(f"the run manifest has no {path!r}") from None
+    try:
+        node = manifest_node(manifest, path.rstrip("#"))
+    except KeyError as err:
+        raise MissingNumber(f"the run {err.args[0]}") from None
     value = len(node) if count else node
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise MissingNumber(f"the run manifest's {path!r} is {value!r}, not a number")

@@ -20,6 +20,7 @@ rule amel_items:
     resources:
         **dag.rule_resources(config, "amel_items", runtime=10, mem_mb=2000),
     params:
+        code=codeversion.of_script("amel_items.py"),
         settings=amel_dag.item_settings(config),
     script:
         "../scripts/amel_items.py"
@@ -41,6 +42,7 @@ rule amel_requests:
     resources:
         **dag.rule_resources(config, "amel_requests", runtime=10, mem_mb=4000),
     params:
+        code=codeversion.of_script("amel_requests.py"),
         model=lambda wildcards: config["models"][wildcards.model],
         settings=amel_dag.design_settings(config),
     script:
@@ -63,6 +65,7 @@ rule amel_scores:
     resources:
         **dag.rule_resources(config, "amel_scores", runtime=20, mem_mb=8000),
     params:
+        code=codeversion.of_script("amel_scores.py"),
         models=amel_dag.score_models(config),
         settings=amel_dag.score_settings(config),
     script:
@@ -90,6 +93,7 @@ rule amel_table:
     resources:
         **dag.rule_resources(config, "amel_table", runtime=10, mem_mb=4000),
     params:
+        code=lambda wildcards: codeversion.of_entry("amel", "table", wildcards.name),
         study="amel",
         caption=lambda wildcards: report_caption(
             registry("amel").table(wildcards.name), config
@@ -122,6 +126,7 @@ rule amel_figure:
     resources:
         **dag.rule_resources(config, "amel_figure", runtime=10, mem_mb=4000),
     params:
+        code=lambda wildcards: codeversion.of_entry("amel", "figure", wildcards.name),
         study="amel",
         caption=lambda wildcards: report_caption(
             registry("amel").figure(wildcards.name), config

@@ -18,6 +18,7 @@ rule anchoring_tasks:
     resources:
         **dag.rule_resources(config, "anchoring_tasks", runtime=10, mem_mb=2000),
     params:
+        code=codeversion.of_script("anchoring_tasks.py"),
         datasets=anchoring_dag.benchmark_datasets(config),
         settings=anchoring_dag.task_settings(config),
     script:
@@ -39,6 +40,7 @@ rule anchoring_requests:
     resources:
         **dag.rule_resources(config, "anchoring_requests", runtime=10, mem_mb=2000),
     params:
+        code=codeversion.of_script("anchoring_requests.py"),
         model=lambda wildcards: config["models"][wildcards.judge],
         settings=anchoring_dag.request_settings(config),
     script:
@@ -63,6 +65,7 @@ rule anchoring_score:
     resources:
         **dag.rule_resources(config, "anchoring_score", runtime=20, mem_mb=4000),
     params:
+        code=codeversion.of_script("anchoring_score.py"),
         model=lambda wildcards: config["models"][wildcards.judge],
         settings=anchoring_dag.score_settings(config),
         run=anchoring_dag.run_info(config),
@@ -95,6 +98,9 @@ rule anchoring_table:
     resources:
         **dag.rule_resources(config, "anchoring_table", runtime=10, mem_mb=2000),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "anchoring", "table", wildcards.name
+        ),
         study="anchoring",
         caption=lambda wildcards: report_caption(
             registry("anchoring").table(wildcards.name), config
@@ -131,6 +137,9 @@ rule anchoring_figure:
     resources:
         **dag.rule_resources(config, "anchoring_figure", runtime=10, mem_mb=2000),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "anchoring", "figure", wildcards.name
+        ),
         study="anchoring",
         caption=lambda wildcards: report_caption(
             registry("anchoring").figure(wildcards.name), config

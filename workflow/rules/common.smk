@@ -12,7 +12,11 @@ from context_effects import dag
 from context_effects.amel import dag as amel_dag
 from context_effects.anchoring import dag as anchoring_dag
 from context_effects.conformity import dag as conformity_dag
-from context_effects import config_checks
+
+# Every rule passes `code=codeversion.of_...` as a param: a content hash of the library
+# code its job runs, so that editing a prompt, a builder or a plotting function reruns
+# exactly the jobs that run it (the `params` rerun trigger; README, "Reruns").
+from context_effects import codeversion, config_checks
 from context_effects.config import load_config, validate_config
 from context_effects.datasets import DATASETS
 from context_effects.outputs import FigureSpec, TableSpec, registry, report_caption

@@ -26,6 +26,7 @@ rule conformity_fit:
     resources:
         **dag.rule_resources(config, "conformity_fit", runtime=1440, mem_mb=8000),
     params:
+        code=codeversion.of_script("fit_model.py"),
         spec=lambda wildcards: conformity_dag.fit_spec(
             config, wildcards.dataset, wildcards.variant
         ),
@@ -49,6 +50,8 @@ rule conformity_quality:
         "../../envs/measurement.yaml"
     resources:
         **dag.rule_resources(config, "conformity_quality", runtime=10, mem_mb=2000),
+    params:
+        code=codeversion.of_script("fit_quality.py"),
     script:
         "../scripts/fit_quality.py"
 
@@ -78,6 +81,9 @@ rule conformity_fit_table:
     resources:
         **dag.rule_resources(config, "conformity_fit_table", runtime=10, mem_mb=2000),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "conformity", "table", wildcards.name
+        ),
         study="conformity",
         caption=lambda wildcards: report_caption(
             registry("conformity").table(wildcards.name), config
@@ -115,6 +121,9 @@ rule conformity_fit_figure:
     resources:
         **dag.rule_resources(config, "conformity_fit_figure", runtime=10, mem_mb=2000),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "conformity", "figure", wildcards.name
+        ),
         study="conformity",
         caption=lambda wildcards: report_caption(
             registry("conformity").figure(wildcards.name), config

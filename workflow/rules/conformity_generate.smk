@@ -24,6 +24,7 @@ rule conformity_round1_requests:
             config, "conformity_round1_requests", runtime=10, mem_mb=2000
         ),
     params:
+        code=codeversion.of_script("conformity_requests.py"),
         model=lambda wildcards: config["models"][wildcards.generator],
         generation=config["conformity"]["generation"],
     script:
@@ -51,6 +52,7 @@ rule conformity_round2_requests:
             config, "conformity_round2_requests", runtime=10, mem_mb=2000
         ),
     params:
+        code=codeversion.of_script("conformity_requests.py"),
         model=lambda wildcards: config["models"][wildcards.generator],
         generation=config["conformity"]["generation"],
         peers=config["conformity"]["peers"],
@@ -76,6 +78,7 @@ rule conformity_anchor_requests:
             config, "conformity_anchor_requests", runtime=10, mem_mb=2000
         ),
     params:
+        code=codeversion.of_script("conformity_requests.py"),
         model=lambda wildcards: config["models"][wildcards.generator],
         generation=config["conformity"]["generation"],
         seed=config["sampling"]["seed"],
@@ -109,6 +112,7 @@ rule conformity_answers:
     resources:
         **dag.rule_resources(config, "conformity_answers", runtime=10, mem_mb=4000),
     params:
+        code=codeversion.of_script("conformity_answers.py"),
         generation=config["conformity"]["generation"],
     script:
         "../scripts/conformity_answers.py"

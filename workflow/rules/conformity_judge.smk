@@ -24,6 +24,7 @@ rule conformity_judge_requests:
             config, "conformity_judge_requests", runtime=10, mem_mb=4000
         ),
     params:
+        code=codeversion.of_script("conformity_judge_requests.py"),
         model=lambda wildcards: config["models"][wildcards.judge],
         judging=config["conformity"]["judging"],
         block=lambda wildcards: conformity_dag.judge_block(config, wildcards.judge),
@@ -48,6 +49,7 @@ rule conformity_injection_flags:
             config, "conformity_injection_flags", runtime=10, mem_mb=2000
         ),
     params:
+        code=codeversion.of_script("conformity_injection_flags.py"),
         rules=conformity_dag.injection_rules_id(),
     script:
         "../scripts/conformity_injection_flags.py"
@@ -73,6 +75,7 @@ rule conformity_ratings:
     resources:
         **dag.rule_resources(config, "conformity_ratings", runtime=10, mem_mb=4000),
     params:
+        code=codeversion.of_script("conformity_ratings.py"),
         hosted_judges=config["conformity"]["hosted_judges"],
     script:
         "../scripts/conformity_ratings.py"
@@ -95,6 +98,7 @@ rule conformity_wrong_peer_revisions:
             config, "conformity_wrong_peer_revisions", runtime=10, mem_mb=4000
         ),
     params:
+        code=codeversion.of_script("conformity_revisions.py"),
         primary_seed=config["conformity"]["primary_seed"],
     script:
         "../scripts/conformity_revisions.py"

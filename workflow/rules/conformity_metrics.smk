@@ -14,6 +14,7 @@ rule metrics_nltk_data:
     resources:
         **dag.rule_resources(config, "metrics_nltk_data", runtime=10, mem_mb=2000),
     params:
+        code=codeversion.of_script("metrics_nltk_data.py"),
         wordnet_dir=config["conformity"]["validation"]["wordnet_dir"],
     script:
         "../scripts/metrics_nltk_data.py"
@@ -47,6 +48,7 @@ rule conformity_answer_metrics:
         gpu=conformity_dag.metric_resource(config, "gpu"),
         gpu_model=conformity_dag.metric_resource(config, "gpu_model"),
     params:
+        code=codeversion.of_script("metrics_score.py"),
         validation=config["conformity"]["validation"],
     script:
         "../scripts/metrics_score.py"
@@ -66,6 +68,8 @@ rule conformity_metrics_rows:
         "../../envs/metrics.yaml"
     resources:
         **dag.rule_resources(config, "conformity_metrics_rows", runtime=10, mem_mb=4000),
+    params:
+        code=codeversion.of_script("metrics_merge.py"),
     script:
         "../scripts/metrics_merge.py"
 
@@ -97,6 +101,9 @@ rule conformity_metrics_table:
             config, "conformity_metrics_table", runtime=10, mem_mb=4000
         ),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "conformity", "table", wildcards.name
+        ),
         study="conformity",
         caption=lambda wildcards: report_caption(
             registry("conformity").table(wildcards.name), config

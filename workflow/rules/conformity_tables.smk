@@ -28,6 +28,9 @@ rule conformity_table:
     resources:
         **dag.rule_resources(config, "conformity_table", runtime=10, mem_mb=4000),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "conformity", "table", wildcards.name
+        ),
         study="conformity",
         caption=lambda wildcards: report_caption(
             registry("conformity").table(wildcards.name), config
@@ -65,6 +68,9 @@ rule conformity_figure:
     resources:
         **dag.rule_resources(config, "conformity_figure", runtime=10, mem_mb=4000),
     params:
+        code=lambda wildcards: codeversion.of_entry(
+            "conformity", "figure", wildcards.name
+        ),
         study="conformity",
         caption=lambda wildcards: report_caption(
             registry("conformity").figure(wildcards.name), config

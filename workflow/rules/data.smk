@@ -13,6 +13,7 @@ rule fetch_dataset:
     resources:
         **dag.rule_resources(config, "fetch_dataset", runtime=30, mem_mb=4000),
     params:
+        code=codeversion.of_script("fetch_dataset.py"),
         hub=lambda wildcards: config["datasets"][wildcards.dataset]["hub"],
     script:
         "../scripts/fetch_dataset.py"
@@ -33,6 +34,7 @@ rule build_items:
     resources:
         **dag.rule_resources(config, "build_items", runtime=15, mem_mb=4000),
     params:
+        code=codeversion.of_script("build_items.py"),
         n_items=lambda wildcards: config["datasets"][wildcards.dataset]["n_items"],
         balance_by=lambda wildcards: config["datasets"][wildcards.dataset]["balance_by"],
         sample_seed=config["sampling"]["seed"],

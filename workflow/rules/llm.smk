@@ -20,6 +20,7 @@ rule convert_gguf_model:
     resources:
         **dag.rule_resources(config, "convert_gguf_model", runtime=30, mem_mb=8000),
     params:
+        code=codeversion.of_script("convert_gguf_model.py"),
         package=lambda wildcards: config["models"][wildcards.model]["source"]["package"],
     script:
         "../scripts/convert_gguf_model.py"
@@ -50,6 +51,7 @@ rule answer_requests_vllm:
         gpu=lambda wildcards: dag.model_gpus(config, wildcards.model),
         gpu_model=lambda wildcards: dag.model_gpu_type(config, wildcards.model),
     params:
+        code=codeversion.of_script("answer_requests.py"),
         model=lambda wildcards: config["models"][wildcards.model],
         replay=config["run"]["replay"],
         # What a killed or failed attempt paid for; not an output, so Snakemake keeps it.
@@ -81,6 +83,7 @@ rule answer_requests_remote:
         # A global counter: `--resources api=N` bounds concurrent API jobs.
         api=1,
     params:
+        code=codeversion.of_script("answer_requests.py"),
         model=lambda wildcards: config["models"][wildcards.model],
         replay=config["run"]["replay"],
         # What a killed or failed attempt paid for; not an output, so Snakemake keeps it.
@@ -99,5 +102,7 @@ rule export_store:
         "../../envs/data.yaml"
     resources:
         **dag.rule_resources(config, "export_store", runtime=30, mem_mb=8000),
+    params:
+        code=codeversion.of_modules("context_effects.llm.store"),
     shell:
-        "python -m context_effects.llm.store export results/store {output} > {log} 2>&1"
+        "{sys.executable} -m context_effects.llm.store export results/store {output} > {log} 2>&1"

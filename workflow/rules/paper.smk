@@ -13,6 +13,7 @@ rule run_manifest:
     resources:
         **dag.rule_resources(config, "run_manifest", runtime=5, mem_mb=1000),
     params:
+        code=codeversion.of_script("run_manifest.py"),
         config=config,
     script:
         "../scripts/run_manifest.py"
@@ -36,6 +37,8 @@ rule run_report:
         "../../envs/data.yaml"
     resources:
         **dag.rule_resources(config, "run_report", runtime=5, mem_mb=2000),
+    params:
+        code=codeversion.of_script("run_report.py"),
     script:
         "../scripts/run_report.py"
 
@@ -60,6 +63,8 @@ rule reproduction_report:
         "../../envs/data.yaml"
     resources:
         **dag.rule_resources(config, "reproduction_report", runtime=5, mem_mb=2000),
+    params:
+        code=codeversion.of_script("reproduction_report.py"),
     script:
         "../scripts/reproduction_report.py"
 
@@ -79,6 +84,8 @@ rule paper_numbers:
         "../../envs/data.yaml"
     resources:
         **dag.rule_resources(config, "paper_numbers", runtime=5, mem_mb=1000),
+    params:
+        code=codeversion.of_script("paper_numbers.py"),
     script:
         "../scripts/paper_numbers.py"
 
@@ -95,6 +102,8 @@ rule paper_deviations:
         "../../envs/data.yaml"
     resources:
         **dag.rule_resources(config, "paper_deviations", runtime=5, mem_mb=1000),
+    params:
+        code=codeversion.of_script("paper_deviations.py"),
     script:
         "../scripts/paper_deviations.py"
 
@@ -112,6 +121,7 @@ rule paper_pdf:
     resources:
         **dag.rule_resources(config, "paper_pdf", runtime=15, mem_mb=2000),
     params:
+        code=codeversion.of_script("paper_pdf.py"),
         build_dir="results/paper/build",
     script:
         "../scripts/paper_pdf.py"

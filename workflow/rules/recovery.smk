@@ -15,6 +15,7 @@ rule synthetic_planted:
     resources:
         **dag.rule_resources(config, "synthetic_planted", runtime=5, mem_mb=1000),
     params:
+        code=codeversion.of_script("synthetic_planted.py"),
         inputs=dag.synthetic_planted_params(config),
     script:
         "../scripts/synthetic_planted.py"
@@ -33,5 +34,7 @@ rule recovery:
         "../../envs/amel.yaml"
     resources:
         **dag.rule_resources(config, "recovery", runtime=10, mem_mb=2000),
+    params:
+        code=codeversion.of_script("recovery_table.py"),
     script:
         "../scripts/recovery_table.py"

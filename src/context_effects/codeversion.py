@@ -49,7 +49,8 @@ SCRIPTS = SRC.parent / "workflow" / "scripts"
 #: runs when module-level code calls it (a factory building registry entries at import):
 #: its body without the functions it defines, which run only when a job calls them.
 Unit = tuple[str, str | None]
-_FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+#: Top-level definitions that are units of their own.
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def module_file(name: str) -> Path | None:
@@ -72,7 +73,9 @@ def _module_tree(name: str) -> ast.Module:
 
 @functools.lru_cache(maxsize=None)
 def _functions(name: str) -> dict[str, ast.AST]:
-    return {n.name: n for n in _module_tree(name).body if isinstance(n, _FUNCS)}
+    """Top-level functions and classes: a class, like a function, matters to a job only
+    where the job's code uses it."""
+    return {n.name: n for n in _module_tree(name).body if isinstance(n, _DEFS)}
 
 
 def _assigned_names(node: ast.AST) -> list[str]:
@@ -101,7 +104,8 @@ def _assignments(name: str) -> dict[str, list[ast.AST]]:
 
 @functools.lru_cache(maxsize=None)
 def _module_code(name: str) -> ast.Module:
-    """A module without its top-level functions (classes stay whole) and without the
+    """A module without its top-level functions, classes and simple assignments (units of
+    their own) and without the
     ``if __name__ == "__main__":`` block, which an import does not run."""
 
     def main_guard(node: ast.AST) -> bool:
@@ -109,7 +113,7 @@ def _module_code(name: str) -> ast.Module:
                 and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
 
     body = [n for n in _module_tree(name).body
-            if not isinstance(n, _FUNCS) and not main_guard(n) and not _assigned_names(n)]
+            if not isinstance(n, _DEFS) and not main_guard(n) and not _assigned_names(n)]
     return ast.Module(body=body, type_ignores=[])
 
 
@@ -243,10 +247,10 @@ def _dependencies(tree: ast.AST, module: str | None, import_time: bool = False) 
         kind, target = binding
         if kind == "unit":
             target_module, part = target
-            if part and not part.startswith("="):  # a function
+            if part and not part.startswith("="):  # a function or class
                 if import_time and not called(node):
                     continue
-                units.add((target_module, "~" + part) if import_time else target)
+                units.add(_called_at_import(target) if import_time else target)
             else:
                 units.add(target)
             continue
@@ -258,12 +262,19 @@ def _dependencies(tree: ast.AST, module: str | None, import_time: bool = False) 
                 units.add((target2, None))
             elif target2[1] and not target2[1].startswith("=") and import_time:
                 if called(parent):
-                    units.add((target2[0], "~" + target2[1]))
+                    units.add(_called_at_import(target2))
             else:
                 units.add(target2)
         else:
             units.add((target, None))
     return units
+
+
+def _called_at_import(unit: Unit) -> Unit:
+    """A function called by module-level code runs without its nested functions; a class
+    instantiated there runs its methods, so it counts whole."""
+    module, name = unit
+    return unit if isinstance(_functions(module)[name], ast.ClassDef) else (module, "~" + name)
 
 
 def _unit_tree(unit: Unit) -> ast.AST:
@@ -282,17 +293,9 @@ def _unit_tree(unit: Unit) -> ast.AST:
 @functools.lru_cache(maxsize=None)
 def _unit_dependencies(unit: Unit) -> frozenset[Unit]:
     module, part = unit
-    if part == "":
-        # Top-level statements run at import; class bodies' methods run when used.
-        code = _module_code(module)
-        classes = [n for n in code.body if isinstance(n, ast.ClassDef)]
-        rest = ast.Module(body=[n for n in code.body if not isinstance(n, ast.ClassDef)], type_ignores=[])
-        deps = _dependencies(rest, module, import_time=True)
-        deps |= _dependencies(ast.Module(body=classes, type_ignores=[]), module)
-    else:
-        deps = _dependencies(_unit_tree(unit), module, import_time=part is not None and part[:1] in ("~", "="))
+    deps = _dependencies(_unit_tree(unit), module, import_time=part is not None and part[:1] in ("", "~", "="))
     if part != "":
-        deps.add((module, ""))  # a function runs after its module's top-level code
+        deps.add((module, ""))  # a definition runs after its module's imports
     # Importing a module runs every package __init__ above it.
     parents = module.split(".")
     deps.update((".".join(parents[:i]), "") for i in range(1, len(parents)))

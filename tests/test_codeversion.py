@@ -1,0 +1,147 @@
+"""The code version each rule passes as a param (context_effects.codeversion): an edit
+changes the version of exactly the jobs that run the edited code, a comment or another
+checkout changes none. Each case edits a copy of the sources, never the repository."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+#: Jobs whose versions are compared: scripts (one per rule family) and registry entries.
+SCRIPTS = ["conformity_requests.py", "conformity_judge_requests.py", "conformity_ratings.py", "amel_requests.py",
+           "anchoring_requests.py", "fit_model.py", "run_manifest.py"]
+ENTRIES = [("conformity", "table", "table2"), ("conformity", "table", "table5"), ("conformity", "table", "table3"),
+           ("conformity", "figure", "rating_distributions"), ("amel", "table", "effects"),
+           ("amel", "figure", "effects"), ("anchoring", "table", "pull")]
+
+_PROBE = """
+import json, sys
+from context_effects import codeversion as cv
+scripts, entries = json.loads(sys.argv[1])
+out = {s: cv.of_script(s) for s in scripts}
+out.update({"/".join(e): cv.of_entry(*e) for e in entries})
+out["module:context_effects.llm.store"] = cv.of_modules("context_effects.llm.store")
+print(json.dumps(out))
+"""
+
+
+def _copy(root: Path, source: Path = REPO) -> Path:
+    shutil.copytree(source / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(source / "workflow" / "scripts", root / "workflow" / "scripts")
+    return root
+
+
+def _versions(root: Path) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    res = subprocess.run([sys.executable, "-c", _PROBE, json.dumps([SCRIPTS, ENTRIES])], env=env, cwd=root,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    """One snapshot of the sources that every case copies and edits."""
+    return _copy(tmp_path_factory.mktemp("pristine"))
+
+
+@pytest.fixture(scope="module")
+def baseline(pristine) -> dict[str, str]:
+    return _versions(pristine)
+
+
+def _edit(path: Path, name: str) -> None:
+    """Change what the top-level function or assignment ``name`` does (by one statement)."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            first = node.body[0]
+            lines.insert(first.lineno - 1, " " * first.col_offset + "pass")
+            break
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            lines.insert(node.end_lineno, f"{name} = {name}")
+            break
+    else:
+        raise AssertionError(f"{path} has no top-level {name}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _changed(base: dict[str, str], edited: dict[str, str]) -> set[str]:
+    return {k for k in base if base[k] != edited[k]}
+
+
+def test_another_checkout_of_the_same_code_has_the_same_versions(baseline, pristine, tmp_path):
+    assert _versions(_copy(tmp_path, pristine)) == baseline
+    assert all(len(v) == 16 and int(v, 16) >= 0 for v in baseline.values())
+
+
+def test_comments_blank_lines_and_reformatting_rerun_nothing(baseline, pristine, tmp_path):
+    root = _copy(tmp_path, pristine)
+    for rel in ("context_effects/conformity/prompts.py", "context_effects/jobs.py", "context_effects/outputs.py"):
+        path = root / "src" / rel
+        path.write_text("# an added comment\n\n" + path.read_text().replace("\n\n\n", "\n\n\n\n") + "\n# trailing\n")
+    script = root / "workflow" / "scripts" / "fit_model.py"
+    script.write_text(script.read_text() + "\n# a note\n")
+    assert _changed(baseline, _versions(root)) == set()
+
+
+ALL = set(SCRIPTS) | {"/".join(e) for e in ENTRIES} | {"module:context_effects.llm.store"}
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "expected"),
+    [
+        # The blind judge's prompt: the judge requests, nothing that generates.
+        ("conformity/prompts.py", "BLIND_JUDGE", {"conformity_judge_requests.py"}),
+        # The Round 1 prompt: the generation requests, not the judges'.
+        ("conformity/prompts.py", "ROUND1", {"conformity_requests.py"}),
+        # Table 2's builder: Table 2, not Table 5 beside it in the same module.
+        ("conformity/descriptive.py", "mean_blind_ratings", {"conformity/table/table2"}),
+        # A function a fit table imports inside its builder (lazy import followed).
+        ("measurement/report.py", "build_table", {"conformity/table/table3"}),
+        # The sampler: the fits.
+        ("measurement/fit.py", "fit_nuts", {"fit_model.py"}),
+        # How a request is serialised: the jobs that write request shards (not the ones
+        # that read answers), and the store's command line.
+        ("llm/store.py", "request_json",
+         {"conformity_requests.py", "conformity_judge_requests.py", "amel_requests.py", "anchoring_requests.py",
+          "module:context_effects.llm.store"}),
+        # The logging every job script sets up: every job.
+        ("jobs.py", "setup_job_logging", ALL - {"module:context_effects.llm.store"}),
+    ],
+)
+def test_an_edit_changes_exactly_the_jobs_that_run_it(baseline, pristine, tmp_path, module, name, expected):
+    root = _copy(tmp_path, pristine)
+    _edit(root / "src" / "context_effects" / module, name)
+    assert _changed(baseline, _versions(root)) == expected
+
+
+def test_a_plotting_function_changes_its_figures_only(baseline, pristine, tmp_path):
+    root = _copy(tmp_path, pristine)
+    _edit(root / "src" / "context_effects" / "conformity" / "descriptive.py", "plot_rating_distribution")
+    assert _changed(baseline, _versions(root)) == {"conformity/figure/rating_distributions"}
+
+
+def test_a_registry_declaration_counts_for_its_study_only(baseline, pristine, tmp_path):
+    """Formats and labels are declared in the registry, so its entries all follow it;
+    another study's entries do not."""
+    root = _copy(tmp_path, pristine)
+    _edit(root / "src" / "context_effects" / "amel" / "outputs.py", "REGISTRY")
+    assert _changed(baseline, _versions(root)) == {"amel/table/effects", "amel/figure/effects"}
+
+
+def test_an_unknown_script_is_named():
+    from context_effects import codeversion
+
+    with pytest.raises(FileNotFoundError, match="no job script .*nope.py"):
+        codeversion.of_script("nope.py")

@@ -208,6 +208,23 @@ def test_rule_files_hold_rules_only_and_bind_each_name_once():
     assert {"dag", "conformity_dag", "amel_dag", "anchoring_dag", "registry"} <= set(bound)
 
 
+def test_every_rule_passes_the_version_of_its_code():
+    """A rule without a `code` param would not rerun when the library code its job runs
+    changes (context_effects.codeversion); the script it names must be the one hashed."""
+    for path in _smk_files():
+        for m in re.finditer(r"^rule (\w+):\n(.*?)(?=^rule |\Z)", path.read_text(), re.M | re.S):
+            name, body = m[1], m[2]
+            if name == "all":
+                continue
+            assert re.search(r"\n        code=(lambda wildcards: )?codeversion\.of_", body), f"{path.name}: rule {name}"
+            script = re.search(r'script:\n\s+"\.\./scripts/(\w+\.py)"', body)
+            if script and "of_script(" in body:
+                assert f'of_script("{script[1]}")' in body, f"rule {name} hashes another script than it runs"
+            if script and "of_entry(" in body:
+                kind = "table" if script[1] == "write_table.py" else "figure"
+                assert f'"{kind}", wildcards.name' in body, name
+
+
 # ------------------------------------------------------------------ a toy table
 
 

@@ -40,6 +40,70 @@ def run_kind(config: Config) -> str:
     return config["run"]["kind"]
 
 
+# --- what changes a result, and what only changes how fast ----------------------------
+
+#: Settings that change how fast or where a job runs, never what it writes. They stay out
+#: of every rule's params, so changing one reruns nothing (``*`` is every model).
+SPEED_SETTINGS: tuple[tuple[str, ...], ...] = (
+    ("run", "threads_per_job"),
+    ("resources",),
+    ("models", "*", "gpu"),
+    ("models", "*", "concurrency"),
+    ("models", "*", "use_batch_api"),
+    ("models", "*", "engine", "gpu_memory_utilization"),
+    ("models", "*", "engine", "tensor_parallel_size"),
+    ("models", "*", "engine", "enforce_eager"),
+)
+
+
+def _without(tree: Any, path: tuple[str, ...]) -> Any:
+    if not path or not isinstance(tree, Mapping):
+        return tree
+    head, rest = path[0], path[1:]
+    out = dict(tree)
+    keys = list(out) if head == "*" else [head] if head in out else []
+    for key in keys:
+        if rest:
+            out[key] = _without(out[key], rest)
+        else:
+            del out[key]
+    return out
+
+
+def result_settings(config: Config) -> dict[str, Any]:
+    """The config without its speed settings (the run manifest's record)."""
+    out: Any = config
+    for path in SPEED_SETTINGS:
+        out = _without(out, path)
+    return dict(out)
+
+
+def model_settings(config: Config, model: str) -> dict[str, Any]:
+    """What a model answers with (its identity, decoding context, retries), without the
+    settings that only change how fast it answers: a rule's ``model`` param."""
+    out: Any = config["models"][model]
+    for path in SPEED_SETTINGS:
+        if path[:2] == ("models", "*"):
+            out = _without(out, path[2:])
+    return dict(out)
+
+
+def with_speed_settings(model_params: Mapping[str, Any], config: Config, model: str) -> dict[str, Any]:
+    """A model's full settings inside its answering job: the result settings the rule
+    passed as params, plus the speed settings of the run's config."""
+    full = config["models"][model]
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in model_params.items()}
+    for path in SPEED_SETTINGS:
+        if path[:2] != ("models", "*"):
+            continue
+        src, dst = full, out
+        for key in path[2:-1]:
+            src, dst = src.get(key, {}), dst.setdefault(key, {})
+        if path[-1] in src:
+            dst[path[-1]] = src[path[-1]]
+    return out
+
+
 # --- datasets ------------------------------------------------------------------------
 
 
@@ -121,17 +185,49 @@ def model_gpu_type(config: Config, model: str) -> str:
     return (gpu["model"] or "") if gpu["count"] else ""
 
 
-def require_api_keys(config: Config) -> None:
-    """Stop before any job starts if a model the run calls needs a missing API key.
+def require_api_keys(config: Config, workflow: Any = None) -> None:
+    """Stop before any job starts if a job of this run needs a missing API key.
 
-    Called from ``onstart``, which Snakemake runs only for a real run (not for a dry
-    run or lint), so a DAG can still be inspected on a machine without keys. Replay
-    makes no calls and needs none.
+    Only the answering jobs Snakemake is about to run count (their ``model``
+    wildcard), so a run that needs no hosted model needs no key, whatever else the
+    config names; without ``workflow`` (or before its DAG is built) every model the
+    enabled studies call counts. The error names each missing variable and the
+    models that need it. Replay makes no calls and needs none.
+
+    Snakemake calls ``onstart`` only for a real run, with the DAG built: call this
+    there. Called while the Snakefile is parsed, it only arranges for a dry run to
+    warn about the keys its jobs would need (``secrets.once_dag_is_built``); a dry
+    run never fails for a key.
     """
-    from context_effects.llm.secrets import check_env
+    from context_effects.llm.secrets import MissingSecretError, missing_env, once_dag_is_built
 
-    if not config["run"]["replay"]:
-        check_env({m: config["models"][m] for m in used_models(config)})
+    if config["run"]["replay"]:
+        return
+    if workflow is not None and getattr(workflow, "dag", None) is None:
+        once_dag_is_built(workflow, lambda: workflow.dryrun and require_api_keys(config, workflow))
+        return
+    if workflow is None:
+        models = used_models(config)
+    else:
+        models = sorted(
+            {
+                str(job.wildcards_dict["model"])
+                for job in workflow.dag.needrun_jobs()
+                if job.rule.name.startswith("answer_requests") and "model" in job.wildcards_dict
+            }
+        )
+    missing = missing_env({m: config["models"][m] for m in models if m in config["models"]})
+    if not missing:
+        return
+    if workflow is not None and workflow.dryrun:
+        import logging
+
+        # Formatted here: Snakemake's handlers print ``record.msg`` without its args.
+        logging.getLogger("snakemake.logging").warning(
+            f"Dry run: a real run of these jobs would stop before any job starts.\n{MissingSecretError(missing)}"
+        )
+        return
+    raise MissingSecretError(missing)
 
 
 # --- targets ---------------------------------------------------------------------------

@@ -43,7 +43,7 @@ rule amel_requests:
         **dag.rule_resources(config, "amel_requests", runtime=10, mem_mb=4000),
     params:
         code=codeversion.of_script("amel_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.model],
+        model=lambda wildcards: dag.model_settings(config, wildcards.model),
         settings=amel_dag.design_settings(config),
     script:
         "../scripts/amel_requests.py"

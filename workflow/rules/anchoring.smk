@@ -41,7 +41,7 @@ rule anchoring_requests:
         **dag.rule_resources(config, "anchoring_requests", runtime=10, mem_mb=2000),
     params:
         code=codeversion.of_script("anchoring_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.judge],
+        model=lambda wildcards: dag.model_settings(config, wildcards.judge),
         settings=anchoring_dag.request_settings(config),
     script:
         "../scripts/anchoring_requests.py"
@@ -66,7 +66,7 @@ rule anchoring_score:
         **dag.rule_resources(config, "anchoring_score", runtime=20, mem_mb=4000),
     params:
         code=codeversion.of_script("anchoring_score.py"),
-        model=lambda wildcards: config["models"][wildcards.judge],
+        model=lambda wildcards: dag.model_settings(config, wildcards.judge),
         settings=anchoring_dag.score_settings(config),
         run=anchoring_dag.run_info(config),
     script:

@@ -25,7 +25,7 @@ rule conformity_round1_requests:
         ),
     params:
         code=codeversion.of_script("conformity_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.generator],
+        model=lambda wildcards: dag.model_settings(config, wildcards.generator),
         generation=config["conformity"]["generation"],
     script:
         "../scripts/conformity_requests.py"
@@ -53,7 +53,7 @@ rule conformity_round2_requests:
         ),
     params:
         code=codeversion.of_script("conformity_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.generator],
+        model=lambda wildcards: dag.model_settings(config, wildcards.generator),
         generation=config["conformity"]["generation"],
         peers=config["conformity"]["peers"],
     script:
@@ -79,7 +79,7 @@ rule conformity_anchor_requests:
         ),
     params:
         code=codeversion.of_script("conformity_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.generator],
+        model=lambda wildcards: dag.model_settings(config, wildcards.generator),
         generation=config["conformity"]["generation"],
         seed=config["sampling"]["seed"],
     script:

@@ -25,7 +25,7 @@ rule conformity_judge_requests:
         ),
     params:
         code=codeversion.of_script("conformity_judge_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.judge],
+        model=lambda wildcards: dag.model_settings(config, wildcards.judge),
         judging=config["conformity"]["judging"],
         block=lambda wildcards: conformity_dag.judge_block(config, wildcards.judge),
         primary_seed=config["conformity"]["primary_seed"],

@@ -14,7 +14,8 @@ rule run_manifest:
         **dag.rule_resources(config, "run_manifest", runtime=5, mem_mb=1000),
     params:
         code=codeversion.of_script("run_manifest.py"),
-        config=config,
+        # Speed settings stay out: changing one rewrites no record and reruns nothing.
+        config=dag.result_settings(config),
     script:
         "../scripts/run_manifest.py"
 

@@ -1,0 +1,151 @@
+"""Reruns follow what changed, on a finished synthetic run: an edited plotting function,
+table builder or prompt reruns exactly the jobs that run it and what depends on their
+outputs; a speed setting, a comment or a touched script reruns nothing.
+
+The run is built from a copy of the repository (Snakefile, rules, scripts, library,
+paper sources) and each case edits that copy, never the repository itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, run_snakemake
+
+#: Study C's Table 2, Table 5 and rating figure and one AMEL table and figure: every
+#: stage from items to ratings, on both studies, in a couple of minutes.
+TARGETS = [
+    "results/tables/conformity/table2.csv",
+    "results/tables/conformity/table5.csv",
+    "figures/conformity/rating_distributions.png",
+    "results/tables/amel/effects.csv",
+    "figures/amel/effects.png",
+]
+DESCRIPTIVE = "src/context_effects/conformity/descriptive.py"
+PROMPTS = "src/context_effects/conformity/prompts.py"
+#: The recommended triggers (README, "Reruns"; the shipped profiles set them).
+TRIGGERS = ["--rerun-triggers", "params", "input", "software-env"]
+
+
+def _copy_repo(dest: Path) -> Path:
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.pdf")
+    for name in ("src", "workflow", "paper", "config", "docs", "envs"):
+        shutil.copytree(REPO / name, dest / name, ignore=ignore)
+    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
+    (dest / "data").symlink_to(REPO / "data")
+    return dest
+
+
+def _snakemake(repo: Path, config: Path, *args: str, timeout: float = 1800):
+    return run_snakemake("--snakefile", str(repo / "Snakefile"), "--directory", str(repo),
+                         f"--configfile={config}", "--workflow-profile", "none", *args, *TARGETS,
+                         cwd=repo, env={"OMP_NUM_THREADS": "1"}, timeout=timeout)
+
+
+def _planned(repo: Path, config: Path, *extra: str) -> Counter:
+    """The jobs ``snakemake -n`` lists, as 'rule' or 'rule[wildcards]'."""
+    res = _snakemake(repo, config, "-n", *TRIGGERS, *extra, timeout=600)
+    assert res.returncode == 0, res.stderr[-4000:]
+    jobs: Counter = Counter()
+    rule = None
+    for line in (res.stdout + "\n" + res.stderr).splitlines():
+        m = re.match(r"^(?:local)?rule (\w+):$", line.strip())
+        if m:
+            rule = m.group(1)
+            jobs[rule] += 1
+    return jobs
+
+
+def _edit(path: Path, name: str) -> None:
+    """Change what a top-level function or assignment does (one statement more)."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            first = node.body[0]
+            lines.insert(first.lineno - 1, " " * first.col_offset + "pass")
+            break
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            lines.insert(node.end_lineno, f"{name} = {name} + ' '")
+            break
+    else:
+        raise AssertionError(f"{path} has no top-level {name}")
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> tuple[Path, Path]:
+    repo = _copy_repo(tmp_path_factory.mktemp("rerun") / "repo")
+    config = repo / "config" / "synthetic.yaml"
+    res = _snakemake(repo, config, "--cores", "2")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+    assert _planned(repo, config) == Counter(), "a finished run plans nothing"
+    return repo, config
+
+
+class _Edited:
+    """Edit one file of the copy for the length of a ``with`` block."""
+
+    def __init__(self, path: Path, name: str | None = None):
+        self.path, self.name = path, name
+        self.original = path.read_text()
+
+    def __enter__(self) -> Path:
+        if self.name:
+            _edit(self.path, self.name)
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        self.path.write_text(self.original)
+
+
+def test_a_plotting_function_reruns_its_figure_only(finished):
+    repo, config = finished
+    with _Edited(repo / DESCRIPTIVE, "plot_rating_distribution"):
+        assert _planned(repo, config) == Counter({"conformity_figure": 1})
+
+
+def test_a_table_builder_reruns_its_table_only(finished):
+    repo, config = finished
+    with _Edited(repo / DESCRIPTIVE, "mean_blind_ratings"):
+        assert _planned(repo, config) == Counter({"conformity_table": 1})
+
+
+def test_the_blind_judge_prompt_reruns_judging_and_what_reads_ratings(finished):
+    """Every blind-judge request shard and its answering job, each dataset's ratings,
+    and the two tables and the figure built from ratings; no generation, no AMEL job."""
+    repo, config = finished
+    with _Edited(repo / PROMPTS, "BLIND_JUDGE"):
+        cfg = yaml.safe_load(config.read_text())
+        datasets, judges = cfg["conformity"]["datasets"], cfg["conformity"]["judges"]
+        planned = _planned(repo, config)
+        shards = planned["conformity_judge_requests"]
+        # One request shard per judge and dataset at least (blind and informed share shards).
+        assert shards >= len(datasets) * len(judges)
+        assert planned == Counter({"conformity_judge_requests": shards, "answer_requests_remote": shards,
+                                   "conformity_ratings": len(datasets), "conformity_table": 2,
+                                   "conformity_figure": 1})
+
+
+def test_speed_settings_comments_and_touched_scripts_rerun_nothing(finished, tmp_path):
+    repo, config = finished
+    cfg = yaml.safe_load(config.read_text())
+    cfg["run"]["threads_per_job"] = 2
+    for model in cfg["models"].values():
+        model["concurrency"] = 3
+    faster = tmp_path / "faster.yaml"
+    faster.write_text(yaml.safe_dump(cfg))
+    assert _planned(repo, faster) == Counter()
+
+    with _Edited(repo / PROMPTS) as path:
+        path.write_text("# a comment changes no result\n" + path.read_text())
+        for script in (repo / "workflow" / "scripts").glob("*.py"):
+            script.touch()
+        assert _planned(repo, config) == Counter()

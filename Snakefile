@@ -43,8 +43,21 @@ include: "workflow/rules/paper.smk"
 include: "workflow/rules/recovery.smk"
 
 
+# Jobs of seconds run on the host that runs Snakemake instead of waiting in a cluster
+# queue each; context_effects.cluster classifies every rule, with its reason.
+from context_effects import cluster
+
+workflow.localrules(*cluster.LOCAL_RULES)
+
+
 onstart:
-    dag.require_api_keys(config)
+    # Real runs only, with the DAG built: asks for the keys of the answering jobs
+    # about to run, and fails before any of them starts.
+    dag.require_api_keys(config, workflow)
+
+
+# A dry run never calls onstart: it only warns about the keys its jobs would need.
+dag.require_api_keys(config, workflow)
 
 
 rule all:

@@ -44,6 +44,42 @@ def test_rule_resources_override_and_memory_growth(demo):
     assert other["runtime"] == 15 and other["mem_mb"](None, 1) == 4000
 
 
+def test_speed_settings_stay_out_of_params_and_come_back_in_the_job(paper):
+    """A model's params hold what changes an answer; the answering job gets the speed
+    settings back from the config; the manifest's record holds no speed setting."""
+    name = dag.vllm_models(paper)[0]
+    full = paper["models"][name]
+    params = dag.model_settings(paper, name)
+    for key in ("gpu", "concurrency", "use_batch_api"):
+        assert key in full and key not in params
+    assert set(params["engine"]) == set(full["engine"]) - {"gpu_memory_utilization", "tensor_parallel_size",
+                                                           "enforce_eager"}
+    assert params["model_id"] == full["model_id"] and params["engine"]["max_model_len"] == full["engine"]["max_model_len"]
+    assert dag.with_speed_settings(params, paper, name) == full
+    faster = copy.deepcopy(paper)
+    faster["run"]["threads_per_job"] += 3
+    faster["models"][name]["concurrency"] += 5
+    faster["models"][name]["engine"]["gpu_memory_utilization"] = 0.5
+    faster["resources"] = {"conformity_fit": {"mem_mb": 1}}
+    assert dag.model_settings(faster, name) == params
+    assert dag.result_settings(faster) == dag.result_settings(paper)
+    assert "threads_per_job" not in dag.result_settings(paper)["run"]
+    slower_answers = copy.deepcopy(paper)
+    slower_answers["models"][name]["engine"]["max_model_len"] = 2048
+    assert dag.model_settings(slower_answers, name) != params
+
+
+def test_a_ledger_beside_every_answered_shard(paper, demo):
+    from context_effects.amel import dag as amel_dag
+
+    for cfg in (paper, demo):
+        ledgers = dag.ledger_files(cfg)
+        assert len(ledgers) == len(set(ledgers)) == len(dag.response_shards(cfg))
+        assert all(p.startswith("results/ledgers/") and p.endswith(".json") for p in ledgers)
+    assert "results/ledgers/amel/judge/{}/{}.json".format(
+        amel_dag.models(paper)[0], amel_dag.domains(paper)[0]) in dag.ledger_files(paper)
+
+
 def test_name_regex_matches_exactly_the_names():
     rx = dag.name_regex(["gpt-4o", "qwen2.5-7b"])
     assert re.fullmatch(rx, "qwen2.5-7b") and not re.fullmatch(rx, "qwen2x5-7b")

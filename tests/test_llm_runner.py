@@ -282,6 +282,56 @@ def test_progress_bar_goes_to_stderr(store: ResponseStore, capsys: pytest.Captur
     assert "4/4" in captured.err and "tok/s" in captured.err
 
 
+
+class OneCallBackend(CountingBackend):
+    """Answers a whole batch in one engine-like call, as vLLM does: it loads on first
+    use, reports each request finishing through ``on_progress``, and hands out the
+    results only when the call ends."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.load_seconds: float | None = None
+        self.seen: list[str] = []
+
+    def run(self, requests):
+        import time
+
+        if self.load_seconds is None:
+            time.sleep(0.5)
+            self.load_seconds = 0.5
+        for _ in requests:
+            time.sleep(0.02)
+            if self.on_progress is not None:
+                self.on_progress(1, 10)
+        self.seen.append("results")
+        results = list(super().run(requests))
+        for res in results:
+            res.tokens_out = 10
+        yield from results
+
+
+def test_progress_moves_per_finished_request_inside_one_call(
+    store: ResponseStore, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from context_effects.llm import runner
+
+    monkeypatch.setattr(runner, "PROGRESS_LOG_INTERVAL_S", 0.0)
+    backend = OneCallBackend(fail=lambda r: r.messages[-1][1].endswith("3"))
+    caplog.set_level("INFO", logger="context_effects.llm.runner")
+    run_requests(make_requests(4), backend, store, batch_size=8, progress=True)
+    lines = [r.getMessage() for r in caplog.records if "requests answered" in r.getMessage()]
+    # 1/4, 2/4, 3/4 while the one call runs, before any result came back.
+    assert [line.split(" ")[1] for line in lines[:4]] == ["1/4", "2/4", "3/4", "4/4"], lines
+    assert "ETA" in lines[0] and "ETA" not in lines[-1]
+    final = lines[-1]
+    assert "4/4" in final and "1 failed so far" in final, final
+    # tok/s over the time spent answering: the 0.5 s load is not in it (40 tokens in
+    # about 0.1 s, where counting the load would give under 70 tok/s).
+    rate = float(final.split(", ")[1].split(" ")[0])
+    assert rate > 150, final
+    assert backend.on_progress is None  # the runner's hook does not outlive the batch
+
+
 # --------------------------------------------------------------------------- kill -9 resume
 
 KILL_SCRIPT = textwrap.dedent("""

@@ -45,7 +45,7 @@ def _copy_repo(dest: Path) -> Path:
 
 def _snakemake(repo: Path, config: Path, *args: str, timeout: float = 1800):
     return run_snakemake("--snakefile", str(repo / "Snakefile"), "--directory", str(repo),
-                         f"--configfile={config}", "--workflow-profile", "none", *args, *TARGETS,
+                         f"--configfile={config}", "--workflow-profile", "none", *TARGETS, *args,
                          cwd=repo, env={"OMP_NUM_THREADS": "1"}, timeout=timeout)
 
 
@@ -141,7 +141,7 @@ def test_speed_settings_comments_and_touched_scripts_rerun_nothing(finished, tmp
     for model in cfg["models"].values():
         model["concurrency"] = 3
     faster = tmp_path / "faster.yaml"
-    faster.write_text(yaml.safe_dump(cfg))
+    faster.write_text(yaml.safe_dump(cfg))  # keys sorted: another order reruns nothing either
     assert _planned(repo, faster) == Counter()
 
     with _Edited(repo / PROMPTS) as path:

@@ -386,3 +386,75 @@ class TestGemmaBaseCompletion:
         tok = gemma.tokenizer
         ids = tok(capital.messages[0][1]).input_ids
         assert ids[0] == tok.bos_token_id and r_cap.tokens_in == len(ids)
+
+
+# --------------------------------------------------------------------------- job log
+
+
+_JOB_DRIVER = """
+import json, runpy, sys
+from types import SimpleNamespace as NS
+
+if __name__ == "__main__":  # the engine's spawned processes re-run this file
+    args = json.loads(sys.argv[1])
+    script = runpy.run_path(args["script"])
+    snakemake = NS(
+        threads=1,
+        log=[args["log"]],
+        wildcards=NS(model="smol"),
+        input=NS(requests=args["requests"]),
+        output=NS(responses=args["responses"], ledger=args["ledger"]),
+        params=NS(model=args["model"], replay=False, attempts_log=args["attempts"]),
+        config={"models": {"smol": args["model"]}},
+    )
+    script["main"](snakemake)
+    raise RuntimeError("raised after the job's last line")
+"""
+
+
+@pytest.mark.slow
+def test_job_log_keeps_every_line_after_vllm_configured_logging(smol_dir: Path, tmp_path: Path) -> None:
+    """The answering script on the real engine: vLLM reconfigures logging when its
+    engine is built, yet the job's final line and a later traceback reach the log file,
+    and so do vLLM's own records."""
+    import subprocess
+
+    from context_effects.llm.factory import model_ref
+    from context_effects.llm.shards import write_request_shard
+
+    cfg = {"backend": "vllm", "model_id": str(smol_dir), "engine": {"max_model_len": 1024, "dtype": "float32", "enforce_eager": True}}
+    ref = model_ref("smol", cfg)
+    reqs = [LLMRequest(ref, (("user", f"What is {i} plus {i}?"),), Sampling(max_tokens=4)) for i in range(2)]
+    write_request_shard(tmp_path / "requests.parquet", reqs)
+    driver = tmp_path / "driver.py"
+    driver.write_text(_JOB_DRIVER)
+    log_path = tmp_path / "logs" / "job.log"
+    args = {
+        "script": str(REPO / "workflow" / "scripts" / "answer_requests.py"),
+        "log": str(log_path),
+        "requests": str(tmp_path / "requests.parquet"),
+        "responses": str(tmp_path / "responses.parquet"),
+        "ledger": str(tmp_path / "ledger.json"),
+        "attempts": str(tmp_path / "attempts.jsonl"),
+        "model": cfg,
+    }
+    env = {**os.environ, **ENGINE_ENV, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    for var in ("VLLM_LOGGING_CONFIG_PATH", "VLLM_CONFIGURE_LOGGING"):
+        env.pop(var, None)
+    proc = subprocess.run(
+        [sys.executable, str(driver), json.dumps(args)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode != 0, "the driver raises after the job"
+    text = log_path.read_text()
+    assert "raised after the job's last line" in proc.stderr, proc.stderr[-3000:]
+    lines = text.splitlines()
+    final = [i for i, line in enumerate(lines) if "smol: 2 calls (over 1 attempts), 0 cache hits, 0 failures" in line]
+    assert final, text[-3000:]
+    failed = [i for i, line in enumerate(lines) if "ERROR context_effects: job failed" in line]
+    assert failed and failed[0] > final[0], text[-3000:]
+    assert lines[-1] == "RuntimeError: raised after the job's last line"
+    # Progress reached the log too, counted by the engine as requests finished.
+    assert any("vllm: 2/2 requests answered" in line for line in lines[: final[0]]), text[-3000:]
+    # vLLM's own records, the engine process's included, are in the job's log.
+    assert any(" vllm." in line for line in lines[: final[0]]), text[-3000:]
+    assert json.loads((tmp_path / "ledger.json").read_text())["calls"] == 2

@@ -393,4 +393,18 @@ def validate_config(
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")
-    return filled
+    return _sorted_keys(filled)
+
+
+def _sorted_keys(value: Any) -> Any:
+    """Every mapping with its keys in sorted order (lists keep theirs).
+
+    Snakemake compares a job's params with the last run's in their serialised form,
+    where a dict's key order counts: reordering the keys of a config file, or a default
+    filled in after them, must not rerun anything. Order that matters is held in lists.
+    """
+    if isinstance(value, Mapping):
+        return {k: _sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(v) for v in value]
+    return value

@@ -230,6 +230,32 @@ def require_api_keys(config: Config, workflow: Any = None) -> None:
     raise MissingSecretError(missing)
 
 
+def response_shards(config: Config) -> list[str]:
+    """Every response shard the enabled studies have answered (by llm.smk's rules)."""
+    from context_effects.amel import dag as amel_dag
+    from context_effects.anchoring import dag as anchoring_dag
+    from context_effects.conformity import dag as conformity_dag
+
+    shards: list[str] = []
+    if config["conformity"]["enabled"]:
+        for dataset in config["conformity"]["datasets"]:
+            shards += conformity_dag.response_shards(config, dataset)
+            shards += conformity_dag.anchor_response_shards(config, dataset)
+            shards += conformity_dag.judge_response_shards(config, dataset)
+    if config["amel"]["enabled"]:
+        shards += amel_dag.response_shards(config)
+    if anchoring_dag.enabled(config):
+        shards += [anchoring_dag.response_shard(j) for j in config["anchoring"]["judges"]]
+    return shards
+
+
+def ledger_files(config: Config) -> list[str]:
+    """The ledger beside every response shard of the run: what each answering job asked,
+    served from the store, failed and paid (the run report's cost table)."""
+    prefix = "results/responses/"
+    return ["results/ledgers/" + p[len(prefix):].removesuffix(".parquet") + ".json" for p in response_shards(config)]
+
+
 # --- targets ---------------------------------------------------------------------------
 
 

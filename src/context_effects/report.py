@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -133,10 +134,52 @@ def recovery_section(path: str | Path | None) -> list[str]:
     return lines + (coverage_lines(table) or ["No planted value has an estimate in this run."]) + [""]
 
 
+def cost_section(ledger_paths: Sequence[str | Path]) -> list[str]:
+    """Calls, tokens and cost of the run per study, stage and model, from the shard ledgers."""
+    from context_effects.llm.ledger import Ledger
+
+    lines = ["## Calls, tokens and cost per model and stage", ""]
+    rows: dict[tuple[str, str, str], list[Ledger]] = {}
+    for path in ledger_paths:
+        p = Path(path)
+        model, stage, study = p.parent.name, p.parent.parent.name, p.parent.parent.parent.name
+        rows.setdefault((study, stage, model), []).append(Ledger.load(p))
+    if not rows:
+        return lines + ["No answering job wrote a ledger in this run.", ""]
+    table = []
+    for (study, stage, model), ledgers in sorted(rows.items()):
+        total = Ledger.merge(ledgers)
+        table.append(_cost_row(study, stage, model, len(ledgers), total))
+    everything = Ledger.merge([led for group in rows.values() for led in group])
+    table.append(_cost_row("**total**", "", "", len(ledger_paths), everything))
+    lines += [_markdown(pd.DataFrame(table)), ""]
+    lines += [
+        "Calls are requests sent to a model (re-asks and the calls of interrupted attempts "
+        "included); cache hits were served from the response store and cost nothing. A cost "
+        "marked ≥ is a lower bound: some calls had no price (local models cost 0).",
+        "",
+    ]
+    return lines
+
+
+def _cost_row(study: str, stage: str, model: str, shards: int, led: Any) -> dict[str, Any]:
+    cost = f"${led.cost_usd:.4f}"
+    if led.cost_unknown_calls:
+        cost = f"≥ {cost}"
+    return {
+        "study": study, "stage": stage, "model": model, "shards": shards, "calls": led.calls,
+        "cache hits": led.cache_hits, "failures": led.failures, "tokens in": led.tokens_in,
+        "tokens out": led.tokens_out, "cost": cost,
+    }
+
+
 def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], figure_paths: Sequence[str | Path],
                  base: str | Path = ".", injection_paths: Sequence[str | Path] = (),
                  reproduction_path: str | Path | None = None, ledger_path: str | Path | None = None,
-                 recovery_path: str | Path | None = None) -> str:
+                 recovery_path: str | Path | None = None,
+                 ledger_paths: Sequence[str | Path] = ()) -> str:
+    """The run report. ``ledger_paths``: the shard ledgers of the run's answering jobs
+    (``dag.ledger_files``)."""
     manifest = json.loads(Path(manifest_path).read_text())
     run = manifest.get("config", {}).get("run", {})
     base = Path(base)
@@ -161,6 +204,7 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
     lines += injection_section(injection_paths)
     lines += reproduction_section(reproduction_path)
     lines += recovery_section(recovery_path)
+    lines += cost_section(ledger_paths)
     if ledger_path is not None:
         from context_effects.paper.deviations import load_ledger, report_section
 

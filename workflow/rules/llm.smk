@@ -52,7 +52,7 @@ rule answer_requests_vllm:
         gpu_model=lambda wildcards: dag.model_gpu_type(config, wildcards.model),
     params:
         code=codeversion.of_script("answer_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.model],
+        model=lambda wildcards: dag.model_settings(config, wildcards.model),
         replay=config["run"]["replay"],
         # What a killed or failed attempt paid for; not an output, so Snakemake keeps it.
         attempts_log="results/ledgers/.attempts/{study}/{stage}/{model}/{shard}.jsonl",
@@ -84,7 +84,7 @@ rule answer_requests_remote:
         api=1,
     params:
         code=codeversion.of_script("answer_requests.py"),
-        model=lambda wildcards: config["models"][wildcards.model],
+        model=lambda wildcards: dag.model_settings(config, wildcards.model),
         replay=config["run"]["replay"],
         # What a killed or failed attempt paid for; not an output, so Snakemake keeps it.
         attempts_log="results/ledgers/.attempts/{study}/{stage}/{model}/{shard}.jsonl",

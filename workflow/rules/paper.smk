@@ -30,6 +30,7 @@ rule run_report:
         reproduction="results/report/reproduction.csv",
         ledger=dag.deviations_ledger(workflow.basedir),
         recovery=dag.recovery_report_input(config),
+        ledgers=dag.ledger_files(config),
     output:
         "results/report/report.md",
     log:

@@ -24,11 +24,15 @@ def main(snakemake):
     from context_effects.llm.shards import JobInterrupted, answer_shard
     from context_effects.llm.store import ResponseStore
 
+    from context_effects.dag import with_speed_settings
+
     model = snakemake.wildcards.model
     store = ResponseStore("results/store")
     backend = make_backend(
         model,
-        snakemake.params.model,
+        # The rule's params hold what changes an answer; how fast it comes (GPUs,
+        # concurrency, engine memory) is read from the run's config and reruns nothing.
+        with_speed_settings(snakemake.params.model, snakemake.config, model),
         store=store,
         state_dir=f"results/state/{model}",
         replay=snakemake.params.replay,
@@ -54,6 +58,7 @@ def main(snakemake):
         ledger.cache_hits,
         ledger.failures,
     )
+
 
 if __name__ == "__main__":
     main(snakemake)  # noqa: F821 - injected by Snakemake

@@ -14,6 +14,7 @@ text = build_report(
     reproduction_path=snakemake.input.reproduction,
     ledger_path=snakemake.input.ledger,
     recovery_path=(list(snakemake.input.recovery) or [None])[0],
+    ledger_paths=list(snakemake.input.ledgers),
 )
 Path(snakemake.output[0]).write_text(text)
 log.info("report: %d tables, %d figures", len(snakemake.input.tables), len(snakemake.input.figures))

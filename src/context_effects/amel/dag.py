@@ -44,7 +44,7 @@ def models(config: Config) -> list[str]:
 
 
 def domains(config: Config) -> list[str]:
-    """Benchmark domains (answer verification) and item-file domains, in config order."""
+    """Benchmark domains (answer verification) in config order, then item-file domains by name."""
     a = config["amel"]
     clash = sorted(set(a["benchmark_datasets"]) & set(a["item_files"]))
     if clash:

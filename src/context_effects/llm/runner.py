@@ -218,12 +218,38 @@ def _error_kind(error: str) -> str:
     return first.split(":")[0][:60] or "error"
 
 
-class _Progress:
-    """tqdm bar on stderr, or nothing when disabled or tqdm is missing."""
+#: How often the answering progress also goes to the log (a job's log file keeps
+#: no progress bar).
+PROGRESS_LOG_INTERVAL_S = 30.0
 
-    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+
+class _Progress:
+    """Requests answered so far, on a tqdm bar on stderr and every
+    ``PROGRESS_LOG_INTERVAL_S`` in the log.
+
+    The bar moves as each request is settled and, for a backend that answers a
+    batch in one call (vLLM), as each request finishes inside that call
+    (``Backend.on_progress``): those count as ``inflight`` until their results
+    arrive. tok/s is output tokens over the time spent answering: a model load
+    during the run (``backend.load_seconds``) is taken out of it, and of the bar's
+    elapsed time and so its ETA.
+    """
+
+    def __init__(self, total: int, desc: str, enabled: bool, backend: Backend) -> None:
         self.bar = None
+        self.total = total
+        self.desc = desc
+        self.enabled = enabled
+        self.backend = backend
         self.t0 = time.monotonic()
+        self.loaded_before = getattr(backend, "load_seconds", None) is not None
+        self.load_s = 0.0
+        self.settled = 0
+        self.inflight = 0
+        self.inflight_tokens = 0
+        self.tokens_out = 0
+        self.failures = 0
+        self.logged_at = self.t0
         if enabled:
             try:
                 from tqdm import tqdm
@@ -233,19 +259,81 @@ class _Progress:
                 total=total, desc=desc, unit="req", file=sys.stderr, mininterval=0.5, dynamic_ncols=True, leave=True
             )
 
-    def update(self, n: int, led: Ledger, tokens_out: int) -> None:
-        if self.bar is None:
+    def _take_out_load(self) -> None:
+        if self.loaded_before or self.load_s:
             return
-        rate = tokens_out / max(time.monotonic() - self.t0, 1e-9)
-        self.bar.set_postfix(
-            {"tok/s": f"{rate:.1f}", "hit": led.cache_hits, "fail": led.failures + led.invalid, "reask": led.reasks},
-            refresh=False,
+        load = getattr(self.backend, "load_seconds", None)
+        if load:
+            self.load_s = float(load)
+            if self.bar is not None:
+                self.bar.start_t += self.load_s
+                self.bar.last_print_t = max(self.bar.last_print_t, time.monotonic() - 1e-3)
+
+    def rate(self) -> float:
+        busy = time.monotonic() - self.t0 - self.load_s
+        return (self.tokens_out + self.inflight_tokens) / max(busy, 1e-9)
+
+    def _show(self, led: Ledger) -> None:
+        self._take_out_load()
+        done = min(self.settled + self.inflight, self.total)
+        self.failures = led.failures + led.invalid
+        if self.bar is not None:
+            self.bar.set_postfix(
+                {"tok/s": f"{self.rate():.1f}", "hit": led.cache_hits, "fail": self.failures, "reask": led.reasks},
+                refresh=False,
+            )
+            self.bar.update(done - self.bar.n)
+        now = time.monotonic()
+        if self.enabled and now - self.logged_at >= PROGRESS_LOG_INTERVAL_S:
+            self.logged_at = now
+            self.log_line()
+
+    def log_line(self) -> None:
+        done = min(self.settled + self.inflight, self.total)
+        busy = time.monotonic() - self.t0 - self.load_s
+        eta = ""
+        if 0 < done < self.total and busy > 0:
+            eta = f", ETA {_duration((self.total - done) * busy / done)}"
+        log.info(
+            "%s: %d/%d requests answered, %.1f output tok/s, %d failed so far%s",
+            self.desc, done, self.total, self.rate(), self.failures, eta,
         )
-        self.bar.update(n)
+
+    def settle(self, led: Ledger, tokens_out: int) -> None:
+        """One item is final (answered, failed for good, or served from the store)."""
+        self.settled += 1
+        self.tokens_out = tokens_out
+        self._show(led)
+
+    def arrived(self, led: Ledger, tokens_out: int) -> None:
+        """A backend result came back (an item may still be re-asked)."""
+        self.inflight = max(self.inflight - 1, 0)
+        self.tokens_out = tokens_out
+        self.inflight_tokens = 0 if not self.inflight else self.inflight_tokens
+
+    def engine(self, n: int, tokens: int | None, led: Ledger) -> None:
+        """``n`` requests finished inside the backend's running call."""
+        self.inflight += n
+        self.inflight_tokens += tokens or 0
+        self._show(led)
+
+    def batch_done(self, led: Ledger) -> None:
+        self.inflight = 0
+        self.inflight_tokens = 0
+        self._show(led)
 
     def close(self) -> None:
+        if self.enabled and self.total:
+            self.log_line()
         if self.bar is not None:
             self.bar.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}"
 
 
 def _batches(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
@@ -318,7 +406,7 @@ def run_requests(
     answer_journal = AnswerJournal(journal) if journal is not None else None
     if answer_journal is not None:
         answer_journal.recover(store)
-    bar = _Progress(len(items), backend.name or type(backend).__name__, progress)
+    bar = _Progress(len(items), backend.name or type(backend).__name__, progress, backend)
     tokens_out_this_run = 0
 
     def checkpoint() -> None:
@@ -376,7 +464,7 @@ def run_requests(
                 led.invalid += 1
                 led.count_reason("invalid", reason)
         final[item] = res
-        bar.update(1, led, tokens_out_this_run)
+        bar.settle(led, tokens_out_this_run)
 
     try:
         pending = list(items)
@@ -401,6 +489,7 @@ def run_requests(
                 batch = [current[misses[k][0]] for k in chunk]
                 wanted = {r.key: r for r in batch}
                 got: dict[str, LLMResult] = {}
+                backend.on_progress = lambda n, tokens: bar.engine(n, tokens, led)
                 results = backend.stream(batch, heartbeat_s=heartbeat_s) if incremental else backend.run(batch)
                 try:
                     for res in results:
@@ -422,6 +511,10 @@ def run_requests(
                         account(res)
                         if res.ok:
                             writer.add(res, req)
+                        bar.arrived(led, tokens_out_this_run)
+                        # Settled on arrival, so progress moves per answer, not per batch.
+                        for item in misses[req.key]:
+                            settle(item, req, res, follow_up)
                 finally:
                     # Also when the backend raised or the job is being interrupted:
                     # cancel what is still running, then store whatever was
@@ -429,28 +522,30 @@ def run_requests(
                     close = getattr(results, "close", None)
                     if close is not None:
                         close()
+                    backend.on_progress = None
                     led.batches += 1
                     writer.flush()
+                    bar.batch_done(led)
                 if stopping() and len(got) < len(batch):
                     raise StopRequested(
                         f"stopped with {len(batch) - len(got)} of {len(batch)} requests of a batch not sent; "
                         "every answer received is stored"
                     )
                 for req in batch:
-                    res = got.get(req.key)
-                    if res is None:
-                        res = LLMResult(
-                            key=req.key,
-                            text=None,
-                            finish_reason=None,
-                            attempt=req.attempt,
-                            backend=backend.name,
-                            engine_version=engine,
-                            timestamp=utc_now_iso(),
-                            error=NO_RESULT,
-                        )
-                        led.failures += 1
-                        led.count_reason("failure", "no_result")
+                    if req.key in got:
+                        continue
+                    res = LLMResult(
+                        key=req.key,
+                        text=None,
+                        finish_reason=None,
+                        attempt=req.attempt,
+                        backend=backend.name,
+                        engine_version=engine,
+                        timestamp=utc_now_iso(),
+                        error=NO_RESULT,
+                    )
+                    led.failures += 1
+                    led.count_reason("failure", "no_result")
                     for item in misses[req.key]:
                         settle(item, req, res, follow_up)
             pending = follow_up

@@ -90,11 +90,47 @@ def check_env(
     A variable set to whitespace only counts as missing: no provider accepts it as a
     key, and the hosted backends strip the key they read (``read_api_key``).
     """
-    needs = _needs(models_config)
-    missing = {var: models for var, models in needs.items() if not (environ.get(var) or "").strip()}
+    missing = missing_env(models_config, environ)
     if missing:
         raise MissingSecretError(missing)
-    return sorted(needs)
+    return sorted(_needs(models_config))
+
+
+def missing_env(
+    models_config: Mapping[str, Mapping[str, Any]],
+    environ: Mapping[str, str] = os.environ,
+) -> dict[str, list[str]]:
+    """The variables the configured models need that are unset or blank, each with its models."""
+    return {var: models for var, models in _needs(models_config).items() if not (environ.get(var) or "").strip()}
+
+
+def once_dag_is_built(workflow: Any, callback: Any) -> None:
+    """Call ``callback()`` once Snakemake has built its DAG, in a dry run too.
+
+    Snakemake calls ``onstart`` only for a real run, and nothing of a Snakefile runs
+    between building the DAG and printing a dry run's jobs. The one event every run
+    emits once the DAG is built is the job-statistics record (``LogEvent.RUN_INFO``)
+    on Snakemake's logger, so a filter on that logger is the hook. The callback runs
+    at most once; what it raises propagates like an error of the workflow itself.
+    """
+    import logging
+
+    from snakemake_interface_logger_plugins.common import LogEvent
+
+    class _AfterDag(logging.Filter):
+        done = False
+
+        def filter(self, record: logging.LogRecord) -> bool:
+            if (
+                not self.done
+                and getattr(record, "event", None) == LogEvent.RUN_INFO
+                and getattr(workflow, "dag", None) is not None
+            ):
+                self.done = True
+                callback()
+            return True
+
+    logging.getLogger("snakemake.logging").addFilter(_AfterDag())
 
 
 def get_key(var: str, environ: Mapping[str, str] = os.environ) -> str:

@@ -8,7 +8,7 @@ means resume and never-pay-twice are implemented once, not per provider.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from context_effects.llm.types import LLMRequest, LLMResult
@@ -23,6 +23,12 @@ class Backend(ABC):
     #: vLLM engine call, the synthetic model, the store): there is nothing to write
     #: before the batch ends, and grouping would only split its one segment.
     incremental: bool = False
+    #: Set by the runner while it runs a batch: called as ``on_progress(n, tokens_out)``
+    #: when ``n`` more requests of a call that answers many at once have finished
+    #: inside the engine, ``tokens_out`` being the output tokens those requests produced
+    #: (``None`` when unknown). Their results still come when the call ends; this only
+    #: lets a progress display move while it runs.
+    on_progress: Callable[[int, int | None], None] | None = None
 
     def __init__(self, *, state_dir: Path | None = None) -> None:
         # Somewhere to persist provider-side state (e.g. Batch API ids) so that a

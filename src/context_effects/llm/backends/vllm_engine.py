@@ -37,11 +37,13 @@ Request mapping
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from importlib import metadata
@@ -121,6 +123,51 @@ def probe_token_ids(tokenizer: Any, probe: str) -> list[int]:
         if len(enc) == 1 and enc[0] not in ids:
             ids.append(int(enc[0]))
     return ids
+
+
+_OUTPUT_TOKENS = re.compile(r"output:\s*([0-9.]+)")
+
+
+class EngineTicks:
+    """A stand-in for the tqdm bar vLLM draws while it runs one batched call.
+
+    ``LLM.chat``/``LLM.generate`` hand back their outputs only when the whole batch
+    is done; their progress bar is the one place that learns of each request as it
+    finishes. Given as ``use_tqdm``, this object receives those updates and passes
+    them to ``on_done(n, tokens_out)`` (the output tokens of those ``n``), without changing how the engine batches.
+    vLLM also wraps its prompt rendering in the same factory (with an iterable):
+    that pass is iterated through and not counted. ``format_dict["elapsed"]`` is
+    fixed at 1 s so that the output "speed" vLLM writes into ``postfix`` is its
+    running count of output tokens.
+    """
+
+    def __init__(self, iterable: Any = None, *, on_done: Any = None, **_: Any) -> None:
+        self.iterable = iterable
+        self.on_done = on_done if iterable is None else None
+        self.n = 0
+        self.tokens_out = 0
+        self.postfix = ""
+        self.format_dict = {"elapsed": 1.0}
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.iterable if self.iterable is not None else ())
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.on_done is not None:
+            match = _OUTPUT_TOKENS.search(str(self.postfix or ""))
+            if match is None:
+                self.on_done(n, None)
+                return
+            total = int(float(match.group(1)))
+            self.on_done(n, max(total - self.tokens_out, 0))
+            self.tokens_out = total
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class VLLMBackend(Backend):
@@ -303,18 +350,27 @@ class VLLMBackend(Backend):
 
     # -- running -----------------------------------------------------------------
 
-    def _engine_call(self, mode: str, prompts: list[Any], params: list[Any]) -> list[Any]:
+    def _engine_call(self, mode: str, prompts: list[Any], params: list[Any], count: bool = True) -> list[Any]:
         self.engine_calls += 1
+        llm = self.llm  # loaded before the call's progress starts
+        use_tqdm: Any = self.use_tqdm
+        if count and self.on_progress is not None and not self.use_tqdm:
+            use_tqdm = functools.partial(EngineTicks, on_done=self.on_progress)
         if mode == "chat":
-            return self.llm.chat(prompts, params, use_tqdm=self.use_tqdm, add_generation_prompt=True)
-        return self.llm.generate(prompts, params, use_tqdm=self.use_tqdm)
+            return llm.chat(prompts, params, use_tqdm=use_tqdm, add_generation_prompt=True)
+        return llm.generate(prompts, params, use_tqdm=use_tqdm)
 
-    def _call_batch(self, mode: str, prompts: list[Any], params: list[Any]) -> list[Any | Exception]:
-        """One batched engine call; if the batch is rejected, isolate the bad request(s)."""
+    def _call_batch(
+        self, mode: str, prompts: list[Any], params: list[Any], count: bool = True
+    ) -> list[Any | Exception]:
+        """One batched engine call; if the batch is rejected, isolate the bad request(s).
+
+        ``count``: whether its requests finishing are reported to ``on_progress``
+        (not for the extra probe passes, whose requests were already counted)."""
         if not prompts:
             return []
         try:
-            outputs = list(self._engine_call(mode, prompts, params))
+            outputs = list(self._engine_call(mode, prompts, params, count))
             if len(outputs) != len(prompts):
                 # Outputs are matched to requests by position: never guess.
                 error = RuntimeError(f"engine returned {len(outputs)} outputs for {len(prompts)} prompts")
@@ -327,7 +383,7 @@ class VLLMBackend(Backend):
             out: list[Any | Exception] = []
             for prompt, param in zip(prompts, params):
                 try:
-                    single = list(self._engine_call(mode, [prompt], [param]))
+                    single = list(self._engine_call(mode, [prompt], [param], count))
                     out.append(single[0] if len(single) == 1 else RuntimeError("engine returned no output"))
                 except Exception as one:
                     out.append(one)
@@ -427,7 +483,9 @@ class VLLMBackend(Backend):
         for key in sorted(calls, key=lambda k: (k[1] == "probe_pass", k)):
             entries = calls[key]
             started = time.monotonic()
-            got = self._call_batch(key[0], [p for _, p, _ in entries], [sp for _, _, sp in entries])
+            got = self._call_batch(
+                key[0], [p for _, p, _ in entries], [sp for _, _, sp in entries], count=key[1] != "probe_pass"
+            )
             per_request = (time.monotonic() - started) / max(len(entries), 1)
             for (index, _, _), out in zip(entries, got):
                 outputs[(index, "probe" if key[1] == "probe_pass" else "main")] = out

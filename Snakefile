@@ -2,7 +2,7 @@
 # A (accumulated message effects) and H (history anchoring) in one DAG.
 #
 #   make demo                                   # embedded default (config/demo.yaml)
-#   snakemake --profile profiles/slurm          # paper configuration on a cluster
+#   snakemake --profile slurm                   # paper configuration on a cluster (make slurm-profile once)
 #
 # The paper configuration is the default; pass --configfile to use another. (We do
 # not use the `configfile:` directive: Snakemake deep-merges it with a file given on

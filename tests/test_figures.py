@@ -1,7 +1,9 @@
 """Figures: where every figure goes (``figures/<study>/``, its data under ``results/figures/``),
 and Study C's forest plots of Tables 3 and 4 drawn from fit summaries — their data are the
 summaries' own numbers, failed fits are marked, the run caveat sits under everything, and
-the workflow's one fit-figure rule writes PDF + PNG + CSV."""
+the workflow's one fit-figure rule writes PDF + PNG + CSV. Every study's figures, drawn at
+paper size on small synthetic inputs: printed width, no text under 7 pt, and the run's
+caveat clear of every tick label and panel."""
 
 from __future__ import annotations
 
@@ -292,3 +294,189 @@ def test_fit_figure_rule_draws_both_forest_plots(workdir):
         assert (workdir / f).stat().st_size > 0, f
     eta = pd.read_csv(workdir / "results/figures/conformity/eta_forest.csv")
     assert len(eta) == 8 and set(eta["diagnostics"]) == {"FAILED"}
+
+
+# ------------------------------------------------------------------ every figure at paper size
+
+
+def _caveat_text(fig, kind: str = "synthetic"):
+    head = run_notes(kind)[0].split(";")[0]
+    found = [t for t in fig.texts if head in t.get_text().replace("\n", " ")]
+    assert len(found) == 1, [t.get_text() for t in fig.texts]
+    return found[0]
+
+
+def _tick_label_boxes(fig, renderer):
+    """The tick labels actually drawn: a locator's ticks outside the view limits keep a
+    label that is never drawn."""
+    boxes = []
+    for ax in fig.axes:
+        for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            lo, hi = min(lo, hi), max(lo, hi)
+            for loc, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels()):
+                if lo - 1e-9 <= loc <= hi + 1e-9 and label.get_visible() and label.get_text().strip():
+                    boxes.append(label.get_window_extent(renderer))
+    return boxes
+
+
+def _check_paper_figure(fig, name: str, tmp_path: Path, kind: str = "synthetic") -> None:
+    """Printed width, no text under the smallest size, the caveat clear of every tick label
+    and every panel, and both drawn formats written."""
+    from matplotlib.text import Text
+
+    from context_effects import style
+    from context_effects.figures import save_figure
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    assert fig.get_figwidth() <= style.FULL_WIDTH + 1e-9, name
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert sizes and min(sizes) >= style.MIN_FONT_PT, (name, min(sizes))
+    note = _caveat_text(fig, kind).get_window_extent(renderer)
+    ticks = _tick_label_boxes(fig, renderer)
+    assert ticks, name
+    for box in ticks:
+        assert not note.overlaps(box), (name, note, box)
+    for ax in fig.axes:
+        assert not note.overlaps(ax.get_window_extent(renderer)), name
+    for ext, magic in (("png", b"\x89PNG"), ("pdf", b"%PDF-")):
+        path = tmp_path / f"{name}.{ext}"
+        save_figure(fig, path)
+        assert path.read_bytes()[:len(magic)] == magic, path
+
+
+def test_forest_plots_at_paper_size_keep_the_caveat_clear_of_tick_labels(tmp_path):
+    cfg = _config()
+    _write_fits(tmp_path, cfg, failed={("mmlu_pro", "main")})
+    for name in ("eta_forest", "gamma_forest"):
+        fig, _ = _draw(tmp_path, cfg, name)
+        _check_paper_figure(fig, name, tmp_path)
+
+
+def _ratings_shards(root: Path, datasets=("truthfulqa", "mmlu_pro")) -> list[str]:
+    from context_effects.measurement.simulate import simulate_ratings
+
+    paths = []
+    for i, d in enumerate(datasets):
+        r, _ = simulate_ratings(n_items=6, seed=i)
+        anchor = r["condition"].str.startswith("anchor")
+        r = r.assign(dataset=d, corpus=np.where(anchor, "anchor", "main"), seed=np.where(anchor, np.nan, 42.0),
+                     hosted=False, status="ok", reference=np.where(anchor, "free", None),
+                     rating=r["rating"].astype(float))
+        path = root / f"results/conformity/ratings/{d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        r.to_parquet(path, index=False)
+        paths.append(str(path))
+    return paths
+
+
+def test_rating_distribution_at_paper_size(tmp_path):
+    from context_effects.conformity import descriptive as D
+
+    cfg = _config()
+    paths = _ratings_shards(tmp_path)
+    spec = registry("conformity").figure("rating_distributions")
+    fig, dist = spec.draw({"ratings": paths}, spec.settings(cfg))
+    assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["truthfulqa", "mmlu_pro"]
+    # Top to bottom in display order in every panel (the panels share y).
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels.index("round1") < labels.index("peer_wrong")
+    ratings = {d: pd.read_parquet(p) for d, p in zip(cfg["conformity"]["datasets"], paths)}
+    fig = D.plot_rating_distribution(D.rating_distribution(ratings, 42), cfg["conformity"]["datasets"],
+                                     run_notes("synthetic"))
+    _check_paper_figure(fig, "rating_distributions", tmp_path)
+
+
+def _anchoring_record(name: str, pulls) -> dict:
+    est = float(np.mean(pulls))
+    return {
+        "model": {"name": name, "display_name": name.title()},
+        "settings": {"bootstrap": {"confidence_level": 0.95}},
+        "scorer": {
+            "per_task": [{"pull": float(p), "pull_status": "ok"} for p in pulls]
+            + [{"pull": None, "pull_status": "no_reply"}],
+            "summary": {"pull": {"mean": {"estimate": est, "ci_low": est - 0.3, "ci_high": est + 0.25}}},
+        },
+    }
+
+
+@pytest.mark.parametrize("n_models", [1, 5])
+def test_anchoring_pull_figure_at_paper_size(tmp_path, n_models):
+    rng = np.random.default_rng(n_models)
+    paths = []
+    for i in range(n_models):
+        path = tmp_path / f"m{i}.json"
+        path.write_text(json.dumps(_anchoring_record(f"judge-model-{i}", rng.normal(0.4, 1.0, 20))))
+        paths.append(str(path))
+    spec = registry("anchoring").figure("pull_distribution")
+    fig, data = spec.draw({"results": paths}, {"run_kind": "demo"})
+    assert data is None
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == [f"Judge-Model-{i}" for i in range(n_models)]
+    _check_paper_figure(fig, f"pull_{n_models}", tmp_path, kind="demo")
+
+
+@pytest.fixture(scope="module")
+def amel_run(tmp_path_factory):
+    """A small synthetic AMEL run's tables and item-level data, as the figure jobs read them."""
+    from test_amel import amel_config, run_synthetic, select_items, sim_items
+
+    from context_effects.amel.outputs import REGISTRY as AMEL, analysis_table
+
+    root = tmp_path_factory.mktemp("amel")
+    cfg = amel_config(history_lengths=[2, 6], position_history_length=8, position_biased_turns=2,
+                      framing_history_lengths=[2])
+    cfg["run"] = {**cfg["run"], "kind": "synthetic"}
+    probs, bs = run_synthetic(root, cfg, select_items(sim_items(24), 12, seed=7))
+    data = {"bias_scores": bs, "probabilities": probs}
+    tables = {spec.name: analysis_table(spec.name, data[_amel_data(spec.name)], cfg["amel"])
+              for spec in AMEL.figures("analysis")}
+    return cfg, data, tables
+
+
+def _amel_data(name: str) -> str:
+    from context_effects.amel.outputs import ANALYSES
+
+    return ANALYSES[name].data
+
+
+def test_every_amel_figure_at_paper_size(amel_run, tmp_path):
+    from context_effects.amel.outputs import REGISTRY as AMEL, analysis_figure
+
+    cfg, data, tables = amel_run
+    note = " ".join(run_notes("synthetic"))
+    names = [spec.name for spec in AMEL.figures("analysis")]
+    assert len(names) == 8
+    for name in names:
+        # Through the CSV round trip, as the figure job reads the table.
+        table = tables[name]
+        table.to_csv(tmp_path / f"{name}.csv", index=False)
+        fig = analysis_figure(name, pd.read_csv(tmp_path / f"{name}.csv"), data[_amel_data(name)], cfg["amel"], note)
+        _check_paper_figure(fig, name, tmp_path)
+
+
+def test_style_theme_sets_paper_sizes():
+    import matplotlib as mpl
+
+    from context_effects import style
+
+    fig, ax = style.figure(style.COLUMN_WIDTH, 2.0)
+    assert tuple(fig.get_size_inches()) == (style.COLUMN_WIDTH, 2.0)
+    assert mpl.rcParams["xtick.labelsize"] == style.MIN_FONT_PT and mpl.rcParams["pdf.fonttype"] == 42
+    assert style.width_for(2) == style.COLUMN_WIDTH and style.width_for(12) == style.FULL_WIDTH
+    assert len(style.palette(3)) == 3
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def test_overlap_check_catches_a_caveat_on_the_tick_labels(tmp_path):
+    from context_effects import style
+
+    fig, ax = style.figure(style.COLUMN_WIDTH, 2.0)
+    ax.set_xticks([0, 1], ["first", "second"])
+    fig.canvas.draw()
+    box = ax.get_xticklabels()[0].get_window_extent(fig.canvas.get_renderer())
+    x, y = fig.transFigure.inverted().transform((box.x0, box.y1))
+    fig.text(x, y, run_notes("synthetic")[0], fontsize=style.MIN_FONT_PT, va="top")
+    with pytest.raises(AssertionError):
+        _check_paper_figure(fig, "overlap", tmp_path)

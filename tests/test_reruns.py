@@ -31,7 +31,7 @@ TARGETS = [
 DESCRIPTIVE = "src/context_effects/conformity/descriptive.py"
 PROMPTS = "src/context_effects/conformity/prompts.py"
 #: The recommended triggers (README, "Reruns"; the shipped profiles set them).
-TRIGGERS = ["--rerun-triggers", "params", "input", "software-env"]
+TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]
 
 
 def _copy_repo(dest: Path) -> Path:

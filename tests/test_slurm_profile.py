@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, snakemake_cmd
+from conftest import REPO, run_snakemake, snakemake_cmd
+from context_effects.cluster import CLUSTER_RULES
+from test_cluster_rules import gpu_rules
 
 STUB = """#!{python}
 import json, os, sys
@@ -46,8 +48,16 @@ def _install_stubs(bindir: Path, log: Path) -> None:
 
 
 def _submit(
-    workdir: Path, configfile: Path, n_expected: int, extra: tuple[str, ...] = (), env_extra: dict | None = None
+    workdir: Path,
+    configfile: Path,
+    n_expected: int,
+    extra: tuple[str, ...] = (),
+    env_extra: dict | None = None,
+    profile: str = str(REPO / "profiles" / "slurm"),
+    settle: float = 0.0,
 ) -> list[list[str]]:
+    """The sbatch argument lists of a run, once `n_expected` have been submitted and
+    `settle` seconds more have passed (to catch submissions that should not happen)."""
     log = workdir / "calls.jsonl"
     bindir = workdir / "stub-bin"
     _install_stubs(bindir, log)
@@ -58,15 +68,17 @@ def _submit(
         **(env_extra or {}),
     }
     cmd = snakemake_cmd(
-        "--profile", str(REPO / "profiles" / "slurm"),
+        "--profile", profile,
         "--snakefile", str(REPO / "Snakefile"),
         "--directory", str(workdir),
         "--configfile=" + str(configfile),
         "--software-deployment-method=env-modules",  # no conda here; the profile default is conda
+        "--local-cores=1",  # local rules run for real beside the stubbed submissions
         *extra,
     )
     proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
+    settled_at = None
     sbatch: list[list[str]] = []
     try:
         while time.monotonic() < deadline:
@@ -74,7 +86,10 @@ def _submit(
                 calls = [json.loads(line) for line in log.read_text().splitlines()]
                 sbatch = [c["argv"] for c in calls if c["cmd"] == "sbatch"]
                 if len(sbatch) >= n_expected:
-                    break
+                    if settled_at is None:
+                        settled_at = time.monotonic() + settle
+                    if time.monotonic() >= settled_at:
+                        break
             if proc.poll() is not None:
                 break
             time.sleep(0.5)
@@ -104,27 +119,44 @@ def _by_rule(sbatch_calls: list[list[str]]) -> dict[str, str]:
     return out
 
 
-def test_slurm_profile_submits_with_per_rule_resources(workdir):
-    # Ready at once on the demo config: 3 item tables, the manifest, the model conversion,
-    # the offline NLTK data and the AMEL code-review items (read from a file the project
-    # ships); wait for all seven (submission order is not fixed).
-    calls = _submit(workdir, REPO / "config" / "demo.yaml", n_expected=7)
+def _arg(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+def _assert_cpu_job(line: str) -> None:
+    argv = shlex.split(line)
+    assert _arg(argv, "-p") == "cpu" and not any(a.startswith("--gpus") for a in argv), line
+
+
+def test_slurm_profile_as_installed_submits_cluster_jobs_only(workdir, tmp_path):
+    """`make slurm-profile` links the profile where Snakemake looks a name up, so
+    `snakemake --profile slurm` works from anywhere; of the demo's first ready jobs,
+    the seconds-long ones run on the submitting host and only the model conversion
+    reaches sbatch."""
+    home = tmp_path / "xdg"
+    subprocess.run(["make", "-s", "-C", str(REPO), "slurm-profile", f"XDG_CONFIG_HOME={home}"], check=True)
+    assert (home / "snakemake" / "slurm").resolve() == REPO / "profiles" / "slurm"
+    # Ready at once on the demo config: the item tables, the manifest, the offline NLTK
+    # data, the AMEL code-review items (all local) and the conversion of the packaged
+    # model; the local ones would be submitted in the same pass, within seconds.
+    calls = _submit(
+        workdir, REPO / "config" / "demo.yaml", n_expected=1, profile="slurm",
+        env_extra={"XDG_CONFIG_HOME": str(home)}, settle=8,
+    )
     lines = _by_rule(calls)
-    assert {"build_items", "run_manifest", "convert_gguf_model"} <= set(lines), lines
+    assert "convert_gguf_model" in lines, sorted(lines)
+    assert set(lines) <= set(CLUSTER_RULES), f"local rules submitted: {sorted(set(lines) - set(CLUSTER_RULES))}"
     for rule, line in lines.items():
         argv = shlex.split(line)
-        # Site settings from the profile ...
-        assert "-p" in argv and argv[argv.index("-p") + 1] == "cpu", line
-        assert "-A" in argv and argv[argv.index("-A") + 1] == "myaccount", line
+        # Site settings from the profile: the partition chosen by the job's resources ...
+        _assert_cpu_job(line)
+        assert _arg(argv, "-A") == "myaccount", line
         # ... and per-rule runtime and memory from the rules.
         assert "-t" in argv and "--mem" in argv, line
-    build = shlex.split(lines["build_items"])
-    assert build[build.index("-t") + 1] == "15" and build[build.index("--mem") + 1] == "4000"
-    manifest = shlex.split(lines["run_manifest"])
-    assert manifest[manifest.index("-t") + 1] == "5" and manifest[manifest.index("--mem") + 1] == "1000"
     # The demo's CPU models carry no GPU request; conversion gets its cores from the profile.
     convert = shlex.split(lines["convert_gguf_model"])
-    assert not any(a.startswith("--gpus") for a in convert) and "--cpus-per-task=4" in convert
+    assert _arg(convert, "-t") == "30" and _arg(convert, "--mem") == "8000"
+    assert "--cpus-per-task=4" in convert
 
 
 def test_slurm_profile_config_resources_override(workdir, tmp_path):
@@ -132,12 +164,100 @@ def test_slurm_profile_config_resources_override(workdir, tmp_path):
     import yaml
 
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    cfg["resources"] = {"build_items": {"runtime": 42, "mem_mb": 1234}}
+    cfg["resources"] = {"convert_gguf_model": {"runtime": 42, "mem_mb": 1234}}
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    calls = _submit(workdir, path, n_expected=5)
-    build = shlex.split(_by_rule(calls)["build_items"])
-    assert build[build.index("-t") + 1] == "42" and build[build.index("--mem") + 1] == "1234"
+    calls = _submit(workdir, path, n_expected=1)
+    convert = shlex.split(_by_rule(calls)["convert_gguf_model"])
+    assert _arg(convert, "-t") == "42" and _arg(convert, "--mem") == "1234"
+
+
+def _gpu_config(path: Path) -> Path:
+    """The demo configuration with every `gpu:` setting (each model's, the metric
+    models') asking for one A100: every rule that can hold a GPU then does."""
+    import yaml
+
+    from context_effects.config import load_config, validate_config
+
+    cfg = validate_config(load_config(REPO / "config" / "demo.yaml"))
+    found = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "gpu" and isinstance(value, dict) and "count" in value:
+                    value.update(count=1, model="a100")
+                    found.append(where)
+                else:
+                    walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, where)
+
+    walk(cfg, "config")
+    assert found
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _dry_run_jobs(workdir: Path, configfile: Path) -> list[dict]:
+    """Every job of the DAG as `snakemake -n` prints it: rule, input, output, resources."""
+    proc = run_snakemake(
+        "-n", "--profile", "none", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--configfile=" + str(configfile), cwd=workdir,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    jobs: list[dict] = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        head = line.split()
+        if len(head) == 2 and head[0] in ("rule", "localrule") and head[1].endswith(":"):
+            jobs.append({"rule": head[1][:-1], "input": [], "output": [], "resources": {}})
+        elif jobs and line.startswith("    ") and ": " in line:
+            key, _, value = line.strip().partition(": ")
+            if key in ("input", "output"):
+                jobs[-1][key] = value.split(", ")
+            elif key == "resources":
+                jobs[-1]["resources"] = dict(item.partition("=")[::2] for item in value.split(", "))
+    return jobs
+
+
+def test_every_gpu_rule_goes_to_a_gpu_partition(workdir, tmp_path):
+    """The rules that declare a `gpu` resource are read from the workflow, so a new one is
+    covered without editing this test. With every GPU setting of the config on, each such
+    rule's GPU jobs are submitted to the GPU partition with --gpus=<model>:<n>, and its
+    jobs without a GPU (the text metrics of the metric rule) to the CPU partition with no
+    GPU request: the partition follows the job's resources, not the rule's name."""
+    rules = gpu_rules(workdir)
+    assert {"answer_requests_vllm", "conformity_answer_metrics"} <= set(rules)
+    config = _gpu_config(tmp_path / "gpu.yaml")
+    # One job of each GPU rule with a GPU and, where the rule has them, one without.
+    chosen: dict[tuple[str, bool], dict] = {}
+    for job in _dry_run_jobs(workdir, config):
+        if job["rule"] in rules:
+            chosen.setdefault((job["rule"], int(job["resources"].get("gpu") or 0) > 0), job)
+    missing = [r for r in rules if (r, True) not in chosen]
+    assert not missing, f"no job of {missing} holds a GPU under {config}: extend _gpu_config"
+    # Only these jobs may run: their inputs exist (as stand-ins), nothing upstream is built.
+    for job in chosen.values():
+        for name in job["input"]:
+            path = workdir / name
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    targets = [job["output"][0] for job in chosen.values()]
+    calls = _submit(workdir, config, n_expected=len(chosen), extra=("--allowed-rules", *rules, "--", *targets))
+    lines = [" ".join(c) for c in calls]
+    for (rule, holds_gpu), job in chosen.items():
+        submitted = [line for line, argv in zip(lines, calls) if rule in _by_rule([argv])]
+        assert submitted, (rule, lines)
+        n_gpu = sum(1 for l in submitted if _arg(shlex.split(l), "-p") == "gpu")
+        assert n_gpu == (1 if (rule, True) in chosen else 0), (rule, submitted)
+    for line in lines:
+        argv = shlex.split(line)
+        if _arg(argv, "-p") == "gpu":
+            assert "--gpus=a100:1" in argv and "--cpus-per-gpu=8" in argv, line
+        else:
+            _assert_cpu_job(line)
 
 
 def test_slurm_profile_gpu_tags_on_local_model_rules(workdir):

@@ -6,8 +6,7 @@ rerun nothing and leave stale results. Each rule passes ``code=...`` (from here)
 param; with the ``params`` rerun trigger a job reruns exactly when the code it runs has
 changed, and everything downstream of it follows (README, "Reruns").
 
-What a job runs is found statically, function by function: the job's script (or, for
-``python -m``, its module), then for every ``context_effects`` name it uses, the
+What a job runs is found statically, function by function: the job's script, then for every ``context_effects`` name it uses, the
 module-level code of the module that defines it (its constants, classes and imports)
 and, where the name is a function, that function's body, following the names each of
 those uses in turn (imports inside functions included: builders keep their heavy
@@ -353,12 +352,6 @@ def of_script(script: str) -> str:
     """Code version of a job that runs ``workflow/scripts/<script>``."""
     parts = [(f"workflow/scripts/{script}", _tree_digest(_script_tree(script))), *_unit_parts(units_of_script(script))]
     return _digest(parts)
-
-
-@functools.lru_cache(maxsize=None)
-def of_modules(*modules: str) -> str:
-    """Code version of a job that runs package modules whole (``python -m ...``)."""
-    return _digest(_unit_parts(closure((m, None) for m in modules)))
 
 
 def _function_unit(func: Callable[..., Any]) -> tuple[list[Unit], list[tuple[str, str]]]:

@@ -103,6 +103,6 @@ rule export_store:
     resources:
         **dag.rule_resources(config, "export_store", runtime=30, mem_mb=8000),
     params:
-        code=codeversion.of_modules("context_effects.llm.store"),
-    shell:
-        "{sys.executable} -m context_effects.llm.store export results/store {output} > {log} 2>&1"
+        code=codeversion.of_script("export_store.py"),
+    script:
+        "../scripts/export_store.py"

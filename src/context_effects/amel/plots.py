@@ -3,7 +3,9 @@
 Each takes the analysis table (as written) and the item-level bias scores or
 probabilities, and returns a matplotlib Figure; ``context_effects.amel.outputs``
 registers them and ``context_effects.figures.save_figure`` writes them byte-stably.
-Error bars are the tables' 95% t intervals.
+Bars and points are drawn by seaborn in the shared style (``context_effects.style``).
+Error bars are the tables' 95% t intervals (``stats.mean_ci``), never seaborn's own
+bootstrap, so a figure and its table show the same interval.
 """
 
 from __future__ import annotations
@@ -12,45 +14,82 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from context_effects import style  # noqa: E402
 from context_effects.amel import stats  # noqa: E402
 from context_effects.amel.analysis import main_rows  # noqa: E402
 
-POL_COLORS = {"yes": "#3b7dd8", "no": "#d8573b"}
+POL_COLORS = style.POLARITY_COLORS
+FRAMING_COLORS = {"standard": "0.35", "swapped": "0.75"}
+
+
+def _history(polarity: str) -> str:
+    return f"{polarity}-saturated"
+
+
+def _history_palette() -> dict[str, str]:
+    return {_history(p): c for p, c in POL_COLORS.items()}
+
+
+def _no_data(ax, title: str) -> None:
+    ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes, color="0.4")
+    ax.set_xticks([])
+    ax.set_title(title)
+
+
+def _tick_labels(ax, labels, rotate: bool = True) -> None:
+    ax.set_xticks(np.arange(len(labels)), labels, rotation=30 if rotate else 0, ha="right" if rotate else "center",
+                  rotation_mode="anchor" if rotate else "default")
 
 
 def _bars(ax, rows: pd.DataFrame, title: str, value: str = "mean_bs") -> None:
+    import seaborn as sns
+
     rows = rows.reset_index(drop=True)
+    if not len(rows):
+        _no_data(ax, title)
+        return
     x = np.arange(len(rows))
     y = rows[value].to_numpy(dtype=float)
+    # Positions, not labels, on x: two rows may share a label and must stay two bars.
+    sns.barplot(x=x, y=y, color=style.NEUTRAL, errorbar=None, ax=ax, width=0.7, saturation=1)
     if value == "mean_bs":
-        ax.bar(x, y, color="#777")
         # CIs as plain segments: matplotlib's yerr path warns on single-bar panels.
-        ax.vlines(x, rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float), color="black", lw=1)
-        ax.axhline(0, color="black", lw=0.8)
-    else:
-        ax.bar(x, y, color="#777")
-    ax.set_xticks(x, rows["group"], rotation=30, ha="right", fontsize=8)
-    ax.set_title(title, fontsize=9)
+        ax.vlines(x, rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float), color="0.1", lw=1.0, zorder=3)
+        ax.axhline(0, **style.REFERENCE_LINE)
+    _tick_labels(ax, rows["group"].astype(str).tolist())
+    pad = max(0.0, (3 - len(rows)) / 2)  # keeps one or two bars from filling the panel
+    ax.set_xlim(-0.5 - pad, len(rows) - 0.5 + pad)
+    ax.set_xlabel("")
+    ax.set_title(title)
+
+
+def _legend_above(fig, ax) -> None:
+    """The axes' legend moved above the panel, in one row, clear of bars and their labels."""
+    legend = ax.get_legend()
+    if legend is None:
+        return
+    handles, labels = legend.legend_handles, [t.get_text() for t in legend.get_texts()]
+    legend.remove()
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), title=None)
 
 
 def _note(fig, note: str) -> None:
-    if note:
-        fig.text(0.01, -0.02, note, fontsize=6, ha="left", va="top", wrap=True)
+    style.despine(fig)
+    style.place_caveat(fig, [note])
 
 
 def effects_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    _bars(axes[0], table[table["scope"] == "model"], "Mean BS by model (negative = conforming)")
+    fig, axes = style.figure(style.FULL_WIDTH, 2.8, ncols=3)
+    _bars(axes[0], table[table["scope"] == "model"], "Mean BS by model\n(negative = conforming)")
     _bars(axes[1], table[table["scope"] == "domain"], "Mean BS by domain")
     models = table[table["scope"] == "model"].copy()
     models["abs_d"] = models["d"].abs()
     models = models.sort_values(["provider", "params_b", "group"], na_position="last")
     models["group"] = models["provider"].astype(str) + ": " + models["group"]
-    _bars(axes[2], models, "|Cohen's d| by provider and size", value="abs_d")
+    _bars(axes[2], models, "|Cohen's d| by\nprovider and size", value="abs_d")
     axes[0].set_ylabel("bias score")
     _note(fig, note)
     return fig
@@ -58,16 +97,22 @@ def effects_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
 
 def entropy_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = "",
                    entropy_threshold_bits: float | None = None):
+    import seaborn as sns
+
     df = main_rows(bs)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for pol, part in df.groupby("polarity"):
-        axes[0].scatter(part["baseline_entropy"], part["bs"], s=8, alpha=0.5, color=POL_COLORS.get(pol), label=f"{pol}-saturated")
+    df = df.assign(history=df["polarity"].map(_history))
+    fig, axes = style.figure(style.FULL_WIDTH, 2.6, ncols=2, width_ratios=(3, 2))
+    palette = _history_palette()
+    sns.scatterplot(data=df, x="baseline_entropy", y="bs", hue="history",
+                    hue_order=[h for h in palette if (df["history"] == h).any()], palette=palette, s=8, alpha=0.5,
+                    linewidth=0, ax=axes[0])
     if entropy_threshold_bits is not None:
-        axes[0].axvline(entropy_threshold_bits, color="grey", ls="--", lw=0.8)
-    axes[0].axhline(0, color="black", lw=0.8)
+        axes[0].axvline(entropy_threshold_bits, color="0.5", ls="--", lw=0.8)
+    axes[0].axhline(0, **style.REFERENCE_LINE)
     axes[0].set_xlabel("baseline entropy (bits)")
     axes[0].set_ylabel("bias score")
-    axes[0].legend(fontsize=7)
+    if axes[0].get_legend() is not None:
+        axes[0].legend(title=None, markerscale=1.5)
     rows = table[(table["scope"] == "overall") & table["stratum"].isin(["deterministic", "uncertain"])]
     _bars(axes[1], rows.assign(group=rows["stratum"]), "Mean BS by baseline stratum")
     _note(fig, note)
@@ -75,42 +120,62 @@ def entropy_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = "",
 
 
 def asymmetry_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
+    import seaborn as sns
+
     rows = table[table["scope"].isin(["overall", "model"])].reset_index(drop=True)
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    x = np.arange(len(rows))
-    ax.bar(x - 0.2, rows["mean_abs_yes"], 0.4, color=POL_COLORS["yes"], label="|BS| yes-saturated")
-    ax.bar(x + 0.2, rows["mean_abs_no"], 0.4, color=POL_COLORS["no"], label="|BS| no-saturated")
-    for xi, r in zip(x, rows["ratio_abs"]):
+    groups = rows["group"].astype(str).tolist()
+    fig, ax = style.figure(style.width_for(len(groups), per_group=0.6), style.PANEL_HEIGHT + 0.3)
+    long = pd.concat([
+        pd.DataFrame({"x": np.arange(len(rows)), "value": rows["mean_abs_yes"].astype(float), "history": "yes"}),
+        pd.DataFrame({"x": np.arange(len(rows)), "value": rows["mean_abs_no"].astype(float), "history": "no"}),
+    ], ignore_index=True)
+    long["history"] = "|BS| " + long["history"].map(_history)
+    sns.barplot(data=long, x="x", y="value", hue="history",
+                palette={f"|BS| {_history(p)}": c for p, c in POL_COLORS.items()}, errorbar=None, ax=ax, width=0.8,
+                saturation=1)
+    tops = np.fmax(rows["mean_abs_yes"].to_numpy(float), rows["mean_abs_no"].to_numpy(float))
+    for xi, (r, top) in enumerate(zip(rows["ratio_abs"].astype(float), tops)):
         if np.isfinite(r):
-            ax.text(xi, 0, f"{r:.2f}x", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(x, rows["group"], rotation=30, ha="right", fontsize=8)
+            ax.text(xi, top if np.isfinite(top) else 0, f"{r:.2f}x", ha="center", va="bottom",
+                    fontsize=style.MIN_FONT_PT)
+    ax.margins(y=0.15)
+    _tick_labels(ax, groups)
+    ax.set_xlabel("")
     ax.set_ylabel("mean |bias score|")
-    ax.set_title("Polarity asymmetry (ratio no/yes)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Polarity asymmetry (ratio no/yes)")
+    _legend_above(fig, ax)
     _note(fig, note)
     return fig
 
 
+def _t_interval(values) -> tuple[float, float]:
+    _, lo, hi = stats.mean_ci(values)
+    return lo, hi
+
+
 def _mean_lines(ax, df: pd.DataFrame, x: str, order=None) -> None:
-    for pol, part in df.groupby("polarity"):
-        levels = order or sorted(part[x].unique())
-        m = [stats.mean_ci(part.loc[part[x] == v, "bs"]) for v in levels]
-        y = np.array([v[0] for v in m])
-        err = np.nan_to_num(np.array([[v[0] - v[1], v[2] - v[0]] for v in m]).T)
-        pos = np.arange(len(levels)) if order else np.asarray(levels, dtype=float)
-        ax.errorbar(pos, y, yerr=err, marker="o", capsize=3, color=POL_COLORS.get(pol), label=f"{pol}-saturated")
-        if order:
-            ax.set_xticks(np.arange(len(levels)), levels)
-    ax.axhline(0, color="black", lw=0.8)
+    """Mean bias score per level of ``x`` and polarity, with the t interval of the tables."""
+    import seaborn as sns
+
+    df = df.assign(history=df["polarity"].map(_history))
+    palette = _history_palette()
+    hue_order = [h for h in palette if (df["history"] == h).any()]
+    if order is None:
+        order = sorted(df[x].unique())
+    sns.pointplot(data=df, x=x, y="bs", hue="history", hue_order=hue_order, order=order, palette=palette,
+                  estimator="mean", errorbar=_t_interval, dodge=0.25 if len(hue_order) > 1 else False,
+                  capsize=0.08, markersize=4, linewidth=1.0, err_kws={"linewidth": 1.0}, ax=ax)
+    ax.axhline(0, **style.REFERENCE_LINE)
     ax.set_ylabel("mean bias score")
-    ax.legend(fontsize=7)
+    if ax.get_legend() is not None:
+        ax.legend(title=None)
 
 
 def length_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig, ax = style.figure(style.COLUMN_WIDTH, style.PANEL_HEIGHT + 0.2)
     _mean_lines(ax, main_rows(bs), "k")
     overall = table[table["scope"] == "overall"].iloc[0]
-    ax.set_title(f"BS by history length k (rho = {overall['rho']:.3f}, slope p = {overall['slope_p']:.2g})", fontsize=9)
+    ax.set_title(f"BS by history length k\n(rho = {overall['rho']:.3f}, slope p = {overall['slope_p']:.2g})")
     ax.set_xlabel("prior turns k")
     _note(fig, note)
     return fig
@@ -118,35 +183,41 @@ def length_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
 
 def position_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
     df = bs[(bs["framing"] == "standard") & bs["position"].notna()]
-    fig, ax = plt.subplots(figsize=(5, 3.6))
+    fig, ax = style.figure(style.COLUMN_WIDTH, style.PANEL_HEIGHT + 0.2)
     order = [p for p in ("start", "middle", "end") if (df["position"] == p).any()]
     _mean_lines(ax, df, "position", order=order)
     an = table[(table["scope"] == "overall") & (table["position"] == "ANOVA")]
     p = float(an["p"].iloc[0]) if len(an) else float("nan")
-    ax.set_title(f"BS by position of the biased turns (ANOVA p = {p:.2g})", fontsize=9)
+    ax.set_title(f"BS by position of the biased turns\n(ANOVA p = {p:.2g})")
+    ax.set_xlabel("position of the biased turns")
     _note(fig, note)
     return fig
 
 
 def framing_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
-    rows = table[table["framing"].isin(["standard", "swapped"])]
-    groups = list(dict.fromkeys(rows["group"]))
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    x = np.arange(len(groups))
-    for off, framing, color in ((-0.2, "standard", "#555"), (0.2, "swapped", "#bbb")):
-        vals = [rows.loc[(rows["group"] == g) & (rows["framing"] == framing), "ratio_abs"].astype(float).mean() for g in groups]
-        ax.bar(x + off, vals, 0.4, color=color, label=framing)
-    ax.axhline(1, color="black", lw=0.8, ls="--")
-    ax.set_xticks(x, groups, rotation=30, ha="right", fontsize=8)
+    import seaborn as sns
+
+    rows = table[table["framing"].isin(["standard", "swapped"])].copy()
+    rows["ratio_abs"] = rows["ratio_abs"].astype(float)
+    groups = list(dict.fromkeys(rows["group"].astype(str)))
+    rows["group"] = rows["group"].astype(str)
+    fig, ax = style.figure(style.width_for(len(groups), per_group=0.6), style.PANEL_HEIGHT + 0.3)
+    hue_order = [f for f in FRAMING_COLORS if (rows["framing"] == f).any()]
+    # Mean over a group's rows (one per table scope), as the table pools them.
+    sns.barplot(data=rows, x="group", y="ratio_abs", hue="framing", order=groups, hue_order=hue_order,
+                palette=FRAMING_COLORS, estimator="mean", errorbar=None, ax=ax, width=0.8, saturation=1)
+    ax.axhline(1, color="0.1", lw=0.8, ls="--")
+    _tick_labels(ax, groups)
+    ax.set_xlabel("")
     ax.set_ylabel("|BS no| / |BS yes|")
-    ax.set_title("Asymmetry ratio under the framing swap", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("Asymmetry ratio under the framing swap")
+    _legend_above(fig, ax)
     _note(fig, note)
     return fig
 
 
 def congruence_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    fig, axes = style.figure(style.FULL_WIDTH, 2.6, ncols=2, sharey=True)
     for ax, basis in zip(axes, ("truth", "baseline verdict")):
         rows = table[(table["basis"] == basis) & (table["scope"] == "polarity") & table["items"].isin(["congruent", "incongruent"])]
         rows = rows.assign(group=rows["group"] + "-sat, " + rows["items"])
@@ -157,24 +228,35 @@ def congruence_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
 
 
 def probabilities_figure(table: pd.DataFrame, probs: pd.DataFrame, note: str = ""):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-    std = table[(table["framing"] == "standard") & (table["position"] == "-")]
-    for model, part in std.groupby("model"):
-        labels = [("baseline" if c == "baseline" else f"{c.split('_')[0]} k={k}") for c, k in zip(part["condition"], part["k"])]
-        axes[0].plot(labels, part["mean_p_yes"], marker="o", label=model)
-    axes[0].tick_params(axis="x", rotation=45, labelsize=7)
+    import seaborn as sns
+
+    fig, axes = style.figure(style.FULL_WIDTH, 2.9, ncols=2)
+    std = table[(table["framing"] == "standard") & (table["position"] == "-")].copy()
+    std["label"] = [("baseline" if c == "baseline" else f"{c.split('_')[0]} k={k}")
+                    for c, k in zip(std["condition"], std["k"])]
+    std["mean_p_yes"] = std["mean_p_yes"].astype(float)
+    order = list(dict.fromkeys(std["label"]))
+    models = list(dict.fromkeys(std["model"]))
+    sns.pointplot(data=std, x="label", y="mean_p_yes", hue="model", order=order, hue_order=models,
+                  palette=style.palette(len(models)), errorbar=None, markersize=4, linewidth=1.0, ax=axes[0])
+    _tick_labels(axes[0], order)
+    axes[0].set_xlabel("")
     axes[0].set_ylabel("mean P(Yes)")
-    axes[0].set_title("(a) Mean first-token / sampled P(Yes) by condition", fontsize=9)
-    axes[0].legend(fontsize=7)
+    axes[0].set_title("(a) Mean first-token / sampled P(Yes)\nby condition")
+    if axes[0].get_legend() is not None:
+        axes[0].legend(title=None)
     p = probs[(probs["framing"] == "standard") & probs["position"].isna()]
     base = p[p["condition"] == "baseline"][["model", "item_id", "p_yes"]].rename(columns={"p_yes": "base"})
     tr = p[p["condition"] != "baseline"].merge(base, on=["model", "item_id"])
-    for cond, part in tr.groupby("condition"):
-        axes[1].scatter(part["base"], part["p_yes"], s=8, alpha=0.5, color=POL_COLORS[cond.split("_")[0]], label=cond)
-    axes[1].plot([0, 1], [0, 1], color="black", lw=0.8)
+    conditions = sorted(tr["condition"].unique())
+    sns.scatterplot(data=tr, x="base", y="p_yes", hue="condition", hue_order=conditions,
+                    palette={c: POL_COLORS[c.split("_")[0]] for c in conditions}, s=8, alpha=0.5, linewidth=0,
+                    ax=axes[1])
+    axes[1].plot([0, 1], [0, 1], color="0.1", lw=0.8)
     axes[1].set_xlabel("P(Yes) at baseline")
     axes[1].set_ylabel("P(Yes) after history")
-    axes[1].set_title("(b) Per-item shift", fontsize=9)
-    axes[1].legend(fontsize=7)
+    axes[1].set_title("(b) Per-item shift")
+    if axes[1].get_legend() is not None:
+        axes[1].legend(title=None, markerscale=1.5)
     _note(fig, note)
     return fig

@@ -262,34 +262,50 @@ def _floats(df: pd.DataFrame) -> pd.DataFrame:
 
 def pull_figure(records: Sequence[Mapping[str, Any]], notes: Sequence[str] = ()):
     """Per-task signed pulls per model (points), box, and the mean with its bootstrap CI."""
-    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    from context_effects import style
 
     labels = [_model_label(r) for r in records]
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(records) + 2), 3.6))
-    jitter = np.random.default_rng(0)
+    pulls = pd.DataFrame(
+        [{"pos": i, "pull": float(t["pull"])}
+         for i, rec in enumerate(records)
+         for t in rec["scorer"]["per_task"] if t["pull_status"] == "ok" and t["pull"] is not None],
+        columns=["pos", "pull"],
+    )
+    fig, ax = style.figure(style.width_for(len(records), per_group=0.9), style.PANEL_HEIGHT + 0.4)
+    colors = style.palette(4)
+    # Boxes by Matplotlib: seaborn 0.13's boxplot passes an argument Matplotlib 3.11 deprecates.
+    for i, part in pulls.groupby("pos"):
+        ax.boxplot(part["pull"].to_numpy(), positions=[i], widths=0.5, showfliers=False,
+                   medianprops={"color": colors[1], "linewidth": 1.4},
+                   boxprops={"color": "0.35", "linewidth": 0.8}, whiskerprops={"color": "0.35", "linewidth": 0.8},
+                   capprops={"color": "0.35", "linewidth": 0.8})
+    if len(pulls):
+        # Jitter from a fixed seed: seaborn's stripplot draws it from the global RNG, and a
+        # rerun must give the same file.
+        jitter = np.random.default_rng(0).uniform(-0.18, 0.18, len(pulls))
+        sns.scatterplot(x=pulls["pos"].to_numpy() + jitter, y=pulls["pull"].to_numpy(), s=9, alpha=0.5,
+                        color=colors[0], linewidth=0, zorder=3, ax=ax)
     for i, rec in enumerate(records):
-        pulls = np.array(
-            [t["pull"] for t in rec["scorer"]["per_task"] if t["pull_status"] == "ok" and t["pull"] is not None],
-            dtype=float,
-        )
-        if len(pulls):
-            ax.boxplot(pulls, positions=[i], widths=0.5, showfliers=False, medianprops={"color": "C1"})
-            ax.scatter(i + jitter.uniform(-0.18, 0.18, len(pulls)), pulls, s=10, alpha=0.5, color="C0", zorder=3)
         m = rec["scorer"]["summary"]["pull"]["mean"]
         if m["estimate"] is not None:
             lo, hi = m["ci_low"], m["ci_high"]
             err = None if lo is None else [[m["estimate"] - lo], [hi - m["estimate"]]]
             level = rec["settings"]["bootstrap"]["confidence_level"]
-            ax.errorbar(i + 0.32, m["estimate"], yerr=err, fmt="D", color="C3", ms=5, capsize=3, zorder=4,
+            ax.errorbar(i + 0.36, m["estimate"], yerr=err, fmt="D", color="0.1", ms=4, capsize=2, zorder=4,
                         label=f"mean, {level:.0%} bootstrap CI" if i == 0 else None)
-    ax.axhline(0.0, color="0.5", lw=0.8, ls="--")
-    ax.plot([], [], color="C1", label="median (box: quartiles)")
-    ax.scatter([], [], s=10, color="C0", alpha=0.5, label="task")
-    ax.legend(fontsize=7, loc="best", frameon=False)
-    ax.set_xticks(range(len(records)), labels, rotation=20 if len(records) > 3 else 0, ha="right" if len(records) > 3 else "center")
+    ax.axhline(0.0, color="0.5", lw=0.8, ls="--", zorder=1)
+    ax.plot([], [], color=colors[1], lw=1.4, label="median (box: quartiles)")
+    ax.scatter([], [], s=9, color=colors[0], alpha=0.5, label="task")
+    ax.legend(loc="best")
+    rotate = len(records) > 3
+    ax.set_xticks(range(len(records)), labels, rotation=20 if rotate else 0, ha="right" if rotate else "center",
+                  rotation_mode="anchor" if rotate else "default")
     ax.set_xlim(-0.6, len(records) - 0.4)
-    ax.set_ylabel("signed prior-score pull (score points)")
-    ax.set_title("Pull toward the displayed prior score, per task", fontsize=10)
-    if notes:
-        fig.text(0.01, -0.02, "\n".join(notes), fontsize=6, va="top", wrap=True)
+    ax.set_xlabel("")
+    ax.set_ylabel("signed prior-score pull\n(score points)")
+    ax.set_title("Pull toward the displayed prior score, per task")
+    style.despine(fig)
+    style.place_caveat(fig, notes)
     return fig

@@ -8,6 +8,12 @@ Which ratings enter (stated once, used by every table here):
 * **blind** ratings of the **main corpus at the primary seed** (the corpus of the
   primary analysis), pooling both authority variants of a peer arm as seed 002 does;
 * a missing rating (``status == "missing"``) is absent, never a score.
+
+The aggregations over ratings run in polars: each table reads only the columns it
+needs, filters before it groups, and hands back a pandas DataFrame. They take each
+dataset's ratings as a pandas DataFrame (as the registry reads them), a polars
+DataFrame, or a ``LazyFrame`` from ``scan_ratings``, whose Parquet scan then reads only
+those columns and row groups.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Mapping, Sequence
 import krippendorff
 import numpy as np
 import pandas as pd
+import polars as pl
 
 from context_effects.conformity.conditions import ANCHOR_CONDITIONS
 
@@ -45,20 +52,74 @@ def panel_blind(ratings: pd.DataFrame, primary_seed: int) -> pd.DataFrame:
     return ratings[keep]
 
 
+# --------------------------------------------------------------------- reading
+
+
+RatingsFrame = pd.DataFrame | pl.DataFrame | pl.LazyFrame
+
+
+def scan_ratings(paths: Sequence[str], datasets: Sequence[str]) -> dict[str, pl.LazyFrame]:
+    """Each dataset's ratings table as a lazy Parquet scan (paths parallel to ``datasets``)."""
+    return {d: pl.scan_parquet(p) for d, p in zip(datasets, paths, strict=True)}
+
+
+def _lazy(ratings: RatingsFrame, columns: Sequence[str]) -> pl.LazyFrame:
+    if isinstance(ratings, pl.LazyFrame):
+        return ratings.select(columns)
+    if isinstance(ratings, pl.DataFrame):
+        return ratings.lazy().select(columns)
+    # Only the columns a table uses cross over: converting text columns is the costly part.
+    return pl.from_pandas(ratings[list(columns)]).lazy()
+
+
+def _select(ratings: RatingsFrame, columns: Sequence[str], where: pl.Expr | None = None) -> pl.DataFrame:
+    """``columns`` of the rows ``where`` holds, collected; the types the filters rely on fixed
+    (a pandas NaN rating is a missing value, a missing ``hosted`` flag means not hosted)."""
+    lf = _lazy(ratings, columns)
+    casts = {"rating": pl.col("rating").cast(pl.Float64).fill_nan(None),
+             "hosted": pl.col("hosted").cast(pl.Boolean).fill_null(False),
+             "seed": pl.col("seed").cast(pl.Float64)}
+    lf = lf.with_columns([e for c, e in casts.items() if c in columns])
+    if where is not None:
+        lf = lf.filter(where)
+    return lf.collect()
+
+
+def _pooled(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat(list(frames.values()), how="diagonal_relaxed")
+
+
+def _panel_blind_expr(primary_seed: int) -> pl.Expr:
+    return (~pl.col("hosted") & (pl.col("pass") == "blind") & (pl.col("corpus") == "main")
+            & (pl.col("seed") == primary_seed) & (pl.col("status") == "ok")).fill_null(False)
+
+
+def _panel_blind_pl(ratings: RatingsFrame, primary_seed: int, columns: Sequence[str]) -> pl.DataFrame:
+    filters = ["hosted", "pass", "corpus", "seed", "status"]
+    keep = list(dict.fromkeys([*columns, *filters]))
+    return _select(ratings, keep, _panel_blind_expr(primary_seed)).select(columns)
+
+
+def _mean(values: pl.Series) -> float:
+    m = values.mean()
+    return np.nan if m is None else float(m)
+
+
 # --------------------------------------------------------------------- Table 2
 
 
-def mean_blind_ratings(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_seed: int) -> pd.DataFrame:
+def mean_blind_ratings(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
     """Table 2: mean blind rating per dataset × peer condition, and AllCorrect − AllWrong."""
     rows = []
     for dataset, ratings in ratings_by_dataset.items():
-        blind = panel_blind(ratings, primary_seed)
-        means = blind.groupby("condition")["rating"].mean()
+        blind = _panel_blind_pl(ratings, primary_seed, ["condition", "rating"])
+        means = dict(blind.group_by("condition").agg(pl.col("rating").mean()).iter_rows())
         row = {"Dataset": dataset}
         for col, cond in TABLE2_COLUMNS.items():
-            row[col] = float(means.get(cond, np.nan))
+            value = means.get(cond)
+            row[col] = np.nan if value is None else float(value)
         row[DELTA_CW] = row["AllCorrect"] - row["AllWrong"]
-        row["n_ratings"] = int(blind["condition"].isin(tuple(TABLE2_COLUMNS.values())).sum())
+        row["n_ratings"] = int(blind["condition"].is_in(list(TABLE2_COLUMNS.values())).sum())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -66,7 +127,7 @@ def mean_blind_ratings(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_s
 # --------------------------------------------------------------------- Table 5
 
 
-def anchor_audit(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def anchor_audit(ratings_by_dataset: Mapping[str, RatingsFrame]) -> pd.DataFrame:
     """Table 5: anchor recognition under reference-free and reference-augmented scoring.
 
     "Correct anchor ranked higher" is the share of (item, judge) pairs whose
@@ -75,27 +136,31 @@ def anchor_audit(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame
     over all retained anchor ratings; separation = mean correct − mean incorrect.
     Rows: every dataset and all datasets pooled.
     """
-    frames = {name: df for name, df in ratings_by_dataset.items()}
-    frames["All"] = pd.concat(list(ratings_by_dataset.values()), ignore_index=True)
+    where = (pl.col("condition").is_in(list(ANCHOR_CONDITIONS)) & ~pl.col("hosted")
+             & (pl.col("status") == "ok")).fill_null(False)
+    columns = ["dataset", "item_id", "judge", "condition", "reference", "rating", "hosted", "status"]
+    frames = {name: _select(df, columns, where) for name, df in ratings_by_dataset.items()}
+    frames["All"] = _pooled(frames)
     rows = []
-    for dataset, ratings in frames.items():
-        anchors = ratings[
-            ratings["condition"].isin(ANCHOR_CONDITIONS) & (~ratings["hosted"].astype(bool)) & (ratings["status"] == "ok")
-        ]
+    for dataset, anchors in frames.items():
         stats = {}
         for ref in ("free", "augmented"):
-            a = anchors[anchors["reference"] == ref]
-            wide = a.pivot_table(index=["dataset", "item_id", "judge"], columns="condition", values="rating")
-            wide = wide.dropna() if set(ANCHOR_CONDITIONS) <= set(wide.columns) else wide.iloc[0:0]
-            correct = a.loc[a["condition"] == "anchor_correct", "rating"].mean()
-            incorrect = a.loc[a["condition"] == "anchor_incorrect", "rating"].mean()
-            ranked = (wide["anchor_correct"] > wide["anchor_incorrect"]).mean() * 100 if len(wide) else np.nan
+            a = anchors.filter(pl.col("reference") == ref)
+            # A pair needs both anchors rated (a judge's repeated rating of one anchor is averaged).
+            wide = (a.group_by(["dataset", "item_id", "judge"])
+                    .agg([pl.col("rating").filter(pl.col("condition") == c).mean().alias(c)
+                          for c in ANCHOR_CONDITIONS])
+                    .drop_nulls(list(ANCHOR_CONDITIONS)))
+            correct = _mean(a.filter(pl.col("condition") == "anchor_correct")["rating"])
+            incorrect = _mean(a.filter(pl.col("condition") == "anchor_incorrect")["rating"])
+            ranked = ((wide["anchor_correct"] > wide["anchor_incorrect"]).mean() * 100
+                      if wide.height else np.nan)
             stats[ref] = {
                 "Correct Anchor Ranked Higher (%)": ranked,
                 "Mean Correct-Anchor Rating": correct,
                 "Mean Incorrect-Anchor Rating": incorrect,
                 "Mean Separation": correct - incorrect,
-                "Pairs (item x judge)": float(len(wide)),
+                "Pairs (item x judge)": float(wide.height),
             }
         for quantity in stats["free"]:
             rows.append({
@@ -110,23 +175,22 @@ def anchor_audit(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame
 # ------------------------------------------------------------ Krippendorff's α
 
 
-def blind_agreement(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_seed: int) -> pd.DataFrame:
+def blind_agreement(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
     """Krippendorff's α of the blind panel (units = generated answers, coders = judges).
 
     Ordinal α is the primary number (the scale is a 5-point ordinal rating);
     interval α is reported beside it. α needs at least two judges: with one it is
     undefined and reported as NaN with the reason.
     """
-    frames = dict(ratings_by_dataset)
-    frames["All"] = pd.concat(list(ratings_by_dataset.values()), ignore_index=True)
+    frames = {d: _panel_blind_pl(r, primary_seed, ["judge", "answer_id", "rating"])
+              for d, r in ratings_by_dataset.items()}
+    frames["All"] = _pooled(frames)
     rows = []
-    for dataset, ratings in frames.items():
-        blind = panel_blind(ratings, primary_seed)
-        matrix = blind.pivot_table(index="judge", columns="answer_id", values="rating")
-        row = {"Dataset": dataset, "judges": int(matrix.shape[0]), "answers": int(matrix.shape[1]),
-               "ratings": int(len(blind))}
-        values = matrix.to_numpy(dtype=float)
-        pairable = int((np.isfinite(values).sum(axis=0) >= 2).sum()) if matrix.shape[0] >= 2 else 0
+    for dataset, blind in frames.items():
+        values = _judge_by_answer(blind)
+        row = {"Dataset": dataset, "judges": int(values.shape[0]), "answers": int(values.shape[1]),
+               "ratings": int(blind.height)}
+        pairable = int((np.isfinite(values).sum(axis=0) >= 2).sum()) if values.shape[0] >= 2 else 0
         defined = pairable > 0 and len(np.unique(values[np.isfinite(values)])) > 1
         for level in ("ordinal", "interval"):
             row[f"alpha_{level}"] = (
@@ -135,10 +199,22 @@ def blind_agreement(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_seed
                 if defined else np.nan
             )
         row["note"] = "" if defined else (
-            "undefined: fewer than two judges" if matrix.shape[0] < 2 else "undefined: no answer rated by two judges"
+            "undefined: fewer than two judges" if values.shape[0] < 2 else "undefined: no answer rated by two judges"
         )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _judge_by_answer(blind: pl.DataFrame) -> np.ndarray:
+    """Judges × answers matrix of mean ratings (NaN: not rated), rows and columns in sorted
+    order, as a pandas ``pivot_table`` lays it out (α's sums then run in the same order)."""
+    cells = (blind.group_by(["judge", "answer_id"]).agg(pl.col("rating").mean()).drop_nulls("rating")
+             .with_columns(pl.col("judge", "answer_id").rank("dense").cast(pl.Int64) - 1))
+    if not cells.height:
+        return np.empty((0, 0))
+    values = np.full((cells["judge"].max() + 1, cells["answer_id"].max() + 1), np.nan)
+    values[cells["judge"].to_numpy(), cells["answer_id"].to_numpy()] = cells["rating"].to_numpy()
+    return values
 
 
 # ------------------------------------------------------ flip indicator, Table 1
@@ -287,21 +363,33 @@ def example_table(revisions: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 # -------------------------------------------------------------- parse failures
 
 
-def parse_failures(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
-    """Missing-rating rate per judge × pass × condition, with the commonest reason."""
-    ratings = pd.concat(list(ratings_by_dataset.values()), ignore_index=True)
+def parse_failures(ratings_by_dataset: Mapping[str, RatingsFrame]) -> pd.DataFrame:
+    """Missing-rating rate per judge × pass × condition, with the commonest reason
+    (a tie goes to the reason seen first)."""
+    columns = ["judge", "pass", "condition", "status", "error", "attempts"]
+    key = ["judge", "pass", "condition"]
+    # Rows without a key are in no cell (as in a pandas group-by).
+    ratings = _pooled({d: _select(r, columns) for d, r in ratings_by_dataset.items()}).drop_nulls(key)
+    missing = pl.col("status") == "missing"
+    cells = ratings.group_by(key, maintain_order=True).agg(
+        pl.len().alias("requests"),
+        missing.sum().alias("missing"),
+        pl.col("attempts").cast(pl.Float64).mean().alias("mean_attempts"),
+    )
+    reasons = (ratings.filter(missing & pl.col("error").is_not_null()).with_row_index("order")
+               .group_by([*key, "error"], maintain_order=True)
+               .agg(pl.len().alias("n"), pl.col("order").first())
+               .sort(["n", "order"], descending=[True, False])
+               .group_by(key, maintain_order=True).first())
+    top = {tuple(r[:3]): f"{r[3]} ({int(r[4])})" for r in reasons.select([*key, "error", "n"]).iter_rows()}
+    rows = [{
+        "judge": judge, "pass": pass_, "condition": cond, "requests": int(n),
+        "missing": int(m), "missing_rate": int(m) / int(n), "mean_attempts": float(attempts),
+        "top_reason": top.get((judge, pass_, cond), ""),
+    } for judge, pass_, cond, n, m, attempts in cells.iter_rows()]
+    out = pd.DataFrame(rows, columns=["judge", "pass", "condition", "requests", "missing", "missing_rate",
+                                      "mean_attempts", "top_reason"])
     order = {c: i for i, c in enumerate(DISPLAY_ORDER)}
-    rows = []
-    for (judge, pass_, cond), g in ratings.groupby(["judge", "pass", "condition"], sort=False):
-        missing = g[g["status"] == "missing"]
-        reasons = missing["error"].value_counts()
-        rows.append({
-            "judge": judge, "pass": pass_, "condition": cond, "requests": int(len(g)),
-            "missing": int(len(missing)), "missing_rate": len(missing) / len(g),
-            "mean_attempts": float(g["attempts"].mean()),
-            "top_reason": f"{reasons.index[0]} ({int(reasons.iloc[0])})" if len(reasons) else "",
-        })
-    out = pd.DataFrame(rows)
     return out.sort_values(["judge", "pass", "condition"], key=lambda s: s.map(order) if s.name == "condition" else s,
                            ignore_index=True)
 
@@ -309,13 +397,15 @@ def parse_failures(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFra
 # ----------------------------------------------------------------- the figure
 
 
-def rating_distribution(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_seed: int) -> pd.DataFrame:
+def rating_distribution(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
     """Share of each blind rating 1–5 per dataset × condition (rows sum to 1)."""
     frames = []
     for dataset, ratings in ratings_by_dataset.items():
-        blind = panel_blind(ratings, primary_seed)
-        counts = blind.groupby(["condition", "rating"]).size().unstack(fill_value=0)
-        counts = counts.reindex(columns=[1.0, 2.0, 3.0, 4.0, 5.0], fill_value=0)
+        blind = _panel_blind_pl(ratings, primary_seed, ["condition", "rating"])
+        long = blind.group_by(["condition", "rating"]).len().to_pandas()
+        counts = long.pivot(index="condition", columns="rating", values="len").fillna(0).astype("int64")
+        counts = counts.sort_index().reindex(columns=[1.0, 2.0, 3.0, 4.0, 5.0], fill_value=0)
+        counts.columns.name = None
         share = counts.div(counts.sum(axis=1), axis=0)
         share.columns = [str(int(c)) for c in share.columns]
         share.insert(0, "n", counts.sum(axis=1))
@@ -328,21 +418,32 @@ def rating_distribution(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_
                            ignore_index=True)
 
 
-def plot_rating_distribution(dist: pd.DataFrame, datasets: Sequence[str]):
-    import matplotlib.pyplot as plt
+def plot_rating_distribution(dist: pd.DataFrame, datasets: Sequence[str], notes: Sequence[str] = ()):
+    """Stacked shares of blind ratings 1-5, one bar per condition, one panel per dataset."""
+    import seaborn as sns
 
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.6), sharey=True, squeeze=False)
-    colours = plt.get_cmap("RdYlGn")(np.linspace(0.1, 0.9, 5))
+    from context_effects import style
+
+    n_conditions = max([int((dist["dataset"] == d).sum()) for d in datasets] + [1])
+    width = style.COLUMN_WIDTH if len(datasets) == 1 else style.FULL_WIDTH
+    fig, axes = style.figure(width, 0.9 + 0.2 * n_conditions, ncols=len(datasets), sharey=True, squeeze=False)
+    # A diverging palette: low ratings red, high green, the middle neutral.
+    colours = sns.color_palette("RdYlGn", 5)
     for ax, dataset in zip(axes[0], datasets):
         d = dist[dist["dataset"] == dataset]
         left = np.zeros(len(d))
         for k, colour in zip("12345", colours):
-            ax.barh(d["condition"], d[k], left=left, color=colour, label=k)
+            ax.barh(d["condition"], d[k], left=left, color=colour, label=k, height=0.75, linewidth=0)
             left += d[k].to_numpy()
         ax.set_title(dataset)
         ax.set_xlim(0, 1)
         ax.set_xlabel("share of blind ratings")
-        ax.invert_yaxis()
-    axes[0][-1].legend(title="rating", bbox_to_anchor=(1.02, 1), loc="upper left", frameon=False)
-    fig.tight_layout()
+    # Once: the panels share y, and a second inversion would undo the first.
+    axes[0][0].invert_yaxis()
+    sns.despine(fig=fig, left=True)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, title="rating", loc="outside upper center", ncol=5, frameon=False,
+                   handlelength=1.0, columnspacing=1.0)
+    style.place_caveat(fig, notes)
     return fig

@@ -59,6 +59,14 @@ def _per_dataset(paths: list[str], settings: Mapping[str, Any]) -> dict[str, pd.
     return {d: pd.read_parquet(p) for d, p in zip(settings["datasets"], paths, strict=True)}
 
 
+def _scanned(paths: list[str], settings: Mapping[str, Any]):
+    """Each dataset's ratings as a lazy polars scan: the descriptive tables read only the
+    columns they aggregate (bench/polars_aggregation.py)."""
+    from context_effects.conformity import descriptive as D
+
+    return D.scan_ratings(paths, settings["datasets"])
+
+
 def _panel_note(s: Mapping[str, Any]) -> str:
     return (f"Open judge panel, blind pass, main corpus at the primary seed ({s['primary_seed']}); "
             "missing ratings excluded.")
@@ -73,7 +81,7 @@ def _notes(s: Mapping[str, Any]) -> list[str]:
 def build_table2(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    table = D.mean_blind_ratings(_per_dataset(inputs["ratings"], s), s["primary_seed"])
+    table = D.mean_blind_ratings(_scanned(inputs["ratings"], s), s["primary_seed"])
     return Built(table, [_panel_note(s), *_notes(s)])
 
 
@@ -89,7 +97,7 @@ def build_table2_injection_excluded(inputs, s) -> Built:
 def build_table5(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(D.anchor_audit(_per_dataset(inputs["ratings"], s)),
+    return Built(D.anchor_audit(_scanned(inputs["ratings"], s)),
                  ["Ranked higher: share of (item, judge) pairs with correct anchor rated strictly above the "
                   "incorrect anchor; open judge panel.", *_notes(s)])
 
@@ -97,14 +105,14 @@ def build_table5(inputs, s) -> Built:
 def build_agreement(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(D.blind_agreement(_per_dataset(inputs["ratings"], s), s["primary_seed"]),
+    return Built(D.blind_agreement(_scanned(inputs["ratings"], s), s["primary_seed"]),
                  [_panel_note(s) + " Units are answers, coders are judges.", *_notes(s)])
 
 
 def build_parse_failures(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(D.parse_failures(_per_dataset(inputs["ratings"], s)),
+    return Built(D.parse_failures(_scanned(inputs["ratings"], s)),
                  ["A missing rating is left out of every analysis, never imputed.", *_notes(s)])
 
 
@@ -129,8 +137,8 @@ def build_table1(inputs, s) -> Built:
 def draw_rating_distributions(inputs, s):
     from context_effects.conformity import descriptive as D
 
-    dist = D.rating_distribution(_per_dataset(inputs["ratings"], s), s["primary_seed"])
-    return D.plot_rating_distribution(dist, s["datasets"]), dist
+    dist = D.rating_distribution(_scanned(inputs["ratings"], s), s["primary_seed"])
+    return D.plot_rating_distribution(dist, s["datasets"], _notes(s)), dist
 
 
 # --- fit stage ---------------------------------------------------------------------------

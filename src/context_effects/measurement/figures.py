@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from context_effects import style as look
 from context_effects.measurement.pipeline import fit_dir, specs_for
 from context_effects.measurement.report import (
     CONDITION_LABELS,
@@ -53,7 +54,7 @@ GAMMA_STYLE = {
 FAILED_LEGEND = "hollow: fit failed diagnostics (Table 9)"
 FAILED_NOTE = ("Hollow markers: the fit failed the configured convergence thresholds (Table 9); "
                "its intervals are not reliable.")
-WIDTH_IN = 6.5
+WIDTH_IN = look.FULL_WIDTH
 #: Interval columns a summary may hold, in order of preference (``measurement.fit.summarize``
 #: writes equal-tailed quantiles; ArviZ-style summaries hold HDI bounds).
 INTERVAL_COLUMNS = (("q2.5", "q97.5"), ("hdi_2.5%", "hdi_97.5%"), ("hdi_3%", "hdi_97%"))
@@ -167,14 +168,10 @@ def _datasets(settings: Mapping[str, Any], data: pd.DataFrame) -> list[str]:
 
 
 def _empty_figure(message: str, notes: Sequence[str]):
-    import matplotlib.pyplot as plt
-
-    from context_effects.figures import add_note
-
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 1.6))
+    fig, ax = look.figure(WIDTH_IN, 1.6)
     ax.axis("off")
-    ax.text(0.5, 0.5, message, ha="center", va="center", fontsize=9)
-    add_note(fig, notes)
+    ax.text(0.5, 0.5, message, ha="center", va="center")
+    look.place_caveat(fig, notes)
     return fig
 
 
@@ -184,17 +181,15 @@ def _forest(data: pd.DataFrame, datasets: Sequence[str], rows: Sequence[tuple[An
             row_height: float = 0.42):
     """One panel per dataset (shared axes), one y row per ``rows`` entry (key, tick label),
     and within a row one point-and-interval per series (offset from each other if ``dodge``)."""
-    import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
     from matplotlib.ticker import MaxNLocator
-
-    from context_effects.figures import add_note
 
     lo, hi = interval_columns(list(data.columns))
     n_rows = len(rows)
     height = 1.2 + row_height * n_rows
-    fig, axes = plt.subplots(1, len(datasets), figsize=(WIDTH_IN, height), sharex=True, sharey=True,
-                             squeeze=False, layout="constrained")
+    # A point-range plot stays Matplotlib errorbar: the intervals are the summary's own
+    # quantiles, which seaborn's estimators would recompute from draws we do not read.
+    fig, axes = look.figure(WIDTH_IN, height, ncols=len(datasets), sharex=True, sharey=True, squeeze=False)
     axes = axes[0]
     if dodge and len(series) > 1:
         offsets = dict(zip(series, np.linspace(-0.3, 0.3, len(series))))
@@ -218,12 +213,12 @@ def _forest(data: pd.DataFrame, datasets: Sequence[str], rows: Sequence[tuple[An
         ax.axvline(0.0, color="0.35", lw=0.8, ls="--", zorder=1)
         for i in range(n_rows - 1):
             ax.axhline(i + 0.5, color="0.88", lw=0.6, zorder=0)
-        ax.set_title(DATASET_LABELS.get(dataset, dataset), fontsize=9)
-        ax.tick_params(labelsize=7)
+        ax.set_title(DATASET_LABELS.get(dataset, dataset))
         ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
     axes[0].set_yticks(range(n_rows), [label for _, label in rows])
     axes[0].set_ylim(n_rows - 0.5, -0.5)
-    fig.supxlabel(xlabel, fontsize=8)
+    fig.supxlabel(xlabel)
+    look.despine(fig)
     present = [s for s in series if (data.apply(series_of, axis=1) == s).any()] if len(data) else []
     labels = legend_labels or {}
     handles = [Line2D([], [], linestyle="-", color=style[s]["color"], marker=style[s]["marker"], markersize=4.2,
@@ -232,14 +227,14 @@ def _forest(data: pd.DataFrame, datasets: Sequence[str], rows: Sequence[tuple[An
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=4.2, markerfacecolor="white",
                               markeredgecolor="0.3", label=FAILED_LEGEND))
     _legend(fig, handles)
-    add_note(fig, ([FAILED_NOTE] if any_failed else []) + list(notes))
+    look.place_caveat(fig, ([FAILED_NOTE] if any_failed else []) + list(notes))
     return fig
 
 
 def _legend(fig, handles) -> None:
     """One legend above the panels, in as few rows as the figure's width allows."""
     for ncol in range(len(handles), 0, -1):
-        legend = fig.legend(handles=handles, loc="outside upper center", ncol=ncol, fontsize=7, frameon=False,
+        legend = fig.legend(handles=handles, loc="outside upper center", ncol=ncol, frameon=False,
                             handletextpad=0.4, columnspacing=1.2)
         fig.canvas.draw()
         if ncol == 1 or legend.get_window_extent().width <= 0.98 * fig.bbox.width:

@@ -23,8 +23,39 @@ from context_effects.provenance import package_versions
 from context_effects.tables import run_notes
 
 
+def read_shards(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The rows of every Parquet shard, in order, as ``pd.concat`` of ``pd.read_parquet``
+    gives them (same columns, dtypes and values, a fresh RangeIndex).
+
+    Polars reads the shards (in parallel, without a pandas frame per shard); the
+    shards' own Arrow schema and pandas metadata then restore the pandas dtypes (nullable
+    integers, booleans) that a plain polars-to-pandas conversion would lose.
+    """
+    import json
+
+    import polars as pl
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not paths:
+        raise ValueError("no shards to read")
+    schemas = [pq.read_schema(p) for p in paths]
+    metas = [json.loads(s.metadata[b"pandas"]) for s in schemas if s.metadata and b"pandas" in s.metadata]
+    # A shard's index is not the frame's: pd.concat(ignore_index=True) drops it and numbers rows afresh.
+    index = {c for m in metas for c in m.get("index_columns", []) if isinstance(c, str)}
+    schema = pa.unify_schemas(schemas, promote_options="permissive")
+    schema = pa.schema([f.remove_metadata() for f in schema if f.name not in index])
+    table = pl.concat([pl.scan_parquet(p) for p in paths], how="diagonal_relaxed").collect().to_arrow()
+    table = table.select(schema.names).cast(schema)
+    if metas:
+        pandas_meta = {**metas[0], "index_columns": [],
+                       "columns": [c for c in metas[0]["columns"] if c.get("field_name") not in index]}
+        table = table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+    return table.to_pandas()
+
+
 def read_metric_rows(paths: Sequence[str | Path]) -> pd.DataFrame:
-    return pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    return read_shards(paths)
 
 
 def read_infos(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
@@ -80,7 +111,7 @@ def table18(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
 
 
 def table19(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
-    ratings = pd.concat([pd.read_parquet(p) for p in inputs["ratings"]], ignore_index=True)
+    ratings = read_shards(inputs["ratings"])
     df = summaries.difficulty_table(ratings, s["bootstrap_resamples"], s["bootstrap_seed"], s["confidence_level"])
     return Built(df, [f"Percentile bootstrap, {s['bootstrap_resamples']} resamples of questions, level "
                       f"{s['confidence_level']}; blind ratings of the judge panel (hosted judges excluded).",

@@ -1,0 +1,71 @@
+"""Where each rule's jobs run under a cluster executor: on the submitting host, or as
+a scheduler job of their own.
+
+A scheduler job costs a queue wait and a node start-up (often minutes) before it runs;
+a job of seconds (a table, a figure, a request shard's prompts, a report) pays that
+many times over, and hundreds of them crowd the queue. Those run on the host that runs
+Snakemake (the Snakefile registers :data:`LOCAL_RULES` as `localrules`). The rest
+hold a model, a GPU, a long API session or minutes of CPU, and are submitted.
+
+Every rule of the workflow is in exactly one of the two mappings (the test suite
+checks it against the parsed workflow), so a new rule is placed on purpose. Under the
+local executor (`make demo`) both run alike.
+"""
+
+from __future__ import annotations
+
+# rule -> why it runs on the submitting host
+LOCAL_RULES: dict[str, str] = {
+    "all": "target rule, runs nothing",
+    "fetch_dataset": "a small download at a pinned revision; compute nodes often have no network",
+    "build_items": "item tables from the downloaded splits, seconds",
+    "metrics_nltk_data": "copies a few files of Debian's WordNet and the CMU dictionary",
+    "amel_items": "item table, seconds",
+    "amel_requests": "writes prompts, seconds",
+    "amel_table": "one table from scored results",
+    "amel_figure": "one figure from scored results",
+    "anchoring_tasks": "task table, seconds",
+    "anchoring_requests": "writes prompts, seconds",
+    "anchoring_table": "one table from scored results",
+    "anchoring_figure": "one figure from scored results",
+    "conformity_round1_requests": "writes prompts, seconds",
+    "conformity_round2_requests": "writes prompts, seconds",
+    "conformity_anchor_requests": "writes prompts, seconds",
+    "conformity_answers": "joins responses into the answers table",
+    "conformity_judge_requests": "writes prompts, seconds",
+    "conformity_injection_flags": "string checks over the answers",
+    "conformity_ratings": "joins responses into the ratings table",
+    "conformity_wrong_peer_revisions": "a filter over the answers table",
+    "conformity_quality": "reads posterior means from a finished fit",
+    "conformity_fit_table": "one table from finished fits",
+    "conformity_fit_figure": "one figure from finished fits",
+    "conformity_metrics_rows": "joins the per-answer metric rows",
+    "conformity_metrics_table": "one table from the metric rows",
+    "conformity_table": "one table from answers and ratings",
+    "conformity_figure": "one figure from answers and ratings",
+    "run_manifest": "a manifest of the run's settings and versions",
+    "run_report": "the run report from finished tables",
+    "reproduction_report": "compares finished tables with the seed papers' numbers",
+    "paper_numbers": "writes the paper's number macros",
+    "paper_deviations": "renders the deviations list",
+    "paper_pdf": "one latexmk run on finished tables and figures",
+    "synthetic_planted": "writes the planted values of a synthetic run",
+    "recovery": "compares planted values with finished estimates",
+}
+
+# rule -> why it is a scheduler job of its own
+CLUSTER_RULES: dict[str, str] = {
+    "convert_gguf_model": "dequantises a model to safetensors: minutes of CPU and GBs of memory",
+    "answer_requests_vllm": "loads a local model, on a GPU when the model's config gives one",
+    "answer_requests_remote": "a long hosted-API session; the `api` resource caps how many run",
+    "conformity_answer_metrics": "metric models (SBERT, BERTScore, NLI) over every answer, GPU-tagged",
+    "conformity_fit": "NUTS sampling of the measurement model, up to a day",
+    "amel_scores": "P(Yes) and bootstrap bias scores over every model, item and cell",
+    "anchoring_score": "bootstrap confidence intervals over a model run",
+    "export_store": "reads the whole response store into one file",
+}
+
+
+def unclassified(rule_names: list[str]) -> list[str]:
+    """Rules of the workflow that are in neither mapping (each must be in one)."""
+    return sorted(set(rule_names) - set(LOCAL_RULES) - set(CLUSTER_RULES))

@@ -133,12 +133,23 @@ def test_a_plotting_function_changes_its_figures_only(baseline, pristine, tmp_pa
     assert _changed(baseline, _versions(root)) == {"conformity/figure/rating_distributions"}
 
 
-def test_a_registry_declaration_counts_for_its_study_only(baseline, pristine, tmp_path):
-    """Formats and labels are declared in the registry, so its entries all follow it;
-    another study's entries do not."""
+def test_a_registry_declaration_counts_for_every_registered_entry(baseline, pristine, tmp_path):
+    """Formats, labels and captions are declared in the registries, which the table and
+    figure scripts look up by name (importlib): each registered entry follows them, and
+    no job outside the registries does."""
     root = _copy(tmp_path, pristine)
     _edit(root / "src" / "context_effects" / "amel" / "outputs.py", "REGISTRY")
-    assert _changed(baseline, _versions(root)) == {"amel/table/effects", "amel/figure/effects"}
+    assert _changed(baseline, _versions(root)) == {"/".join(e) for e in ENTRIES}
+
+
+def test_a_module_named_in_a_string_is_followed(baseline, pristine, tmp_path):
+    """The synthetic backend imports its simulators by name: editing one changes the
+    jobs that answer with the synthetic backend or read its planted values."""
+    root = _copy(tmp_path, pristine)
+    _edit(root / "src" / "context_effects" / "conformity" / "synthetic.py", "validate")
+    changed = _changed(baseline, _versions(root))
+    assert {"conformity_requests.py", "conformity_judge_requests.py"} <= changed
+    assert not changed & {"conformity/table/table2", "fit_model.py", "export_store.py"}
 
 
 def test_an_unknown_script_is_named():

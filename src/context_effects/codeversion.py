@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import re
 import inspect
 import textwrap
 from collections.abc import Callable, Iterable, Iterator
@@ -215,6 +216,22 @@ def _top_bindings(module: str) -> dict[str, Binding]:
     return bindings
 
 
+_DOTTED = re.compile(rf"{PACKAGE}(\.\w+)+(:\w+)?")
+
+
+def _named_in_string(text: str) -> set[Unit]:
+    """A string naming a package module (``"context_effects.x.y"``) or one of its
+    attributes (``"context_effects.x.y:name"``) is a dynamic import (a registry of
+    simulators, reply policies or study registries resolves it with importlib): the
+    module counts whole, the attribute as itself."""
+    if not _DOTTED.fullmatch(text):
+        return set()
+    module, _, attr = text.partition(":")
+    if module_file(module) is None:
+        return set()
+    return {_binding_of(module, attr)[1]} if attr and _binding_of(module, attr)[0] == "unit" else {(module, None)}
+
+
 def _dependencies(tree: ast.AST, module: str | None, import_time: bool = False) -> set[Unit]:
     """The package units the code in ``tree`` uses (``module`` is where it lives).
 
@@ -234,6 +251,9 @@ def _dependencies(tree: ast.AST, module: str | None, import_time: bool = False) 
         return isinstance(parent, ast.Call) and parent.func is node
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            units |= _named_in_string(node.value)
+            continue
         if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
             continue
         binding = local.get(node.id) or top.get(node.id)

@@ -172,19 +172,20 @@ def figure_outputs(study: str, fig: FigureSpec) -> list[str]:
     return [figure_path(study, fig.name, ext) for ext in fig.formats]
 
 
-#: The study packages that have a registry, by study name (the ``results/tables/<study>``
-#: folder). Imported on first use.
+#: Each study's registry, by study name (the ``results/tables/<study>`` folder), as
+#: ``module:attribute``: imported on first use.
 STUDY_PACKAGES = {
-    "conformity": "context_effects.conformity.outputs",
-    "amel": "context_effects.amel.outputs",
-    "anchoring": "context_effects.anchoring.outputs",
+    "conformity": "context_effects.conformity.outputs:REGISTRY",
+    "amel": "context_effects.amel.outputs:REGISTRY",
+    "anchoring": "context_effects.anchoring.outputs:REGISTRY",
 }
 
 
 def registry(study: str) -> Registry:
     if study not in STUDY_PACKAGES:
         raise KeyError(f"no study {study!r}; known: {sorted(STUDY_PACKAGES)}")
-    return importlib.import_module(STUDY_PACKAGES[study]).REGISTRY
+    module, _, attr = STUDY_PACKAGES[study].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def write_registered_table(study: str, name: str, inputs: Inputs, settings: Settings,

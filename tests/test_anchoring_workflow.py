@@ -11,6 +11,7 @@ import yaml
 from scipy.stats import norm
 
 from conftest import REPO, run_snakemake
+from context_effects import dag
 from context_effects.anchoring.results import result_record
 from context_effects.anchoring.scoring import dumps
 from context_effects.config import validate_config
@@ -125,7 +126,7 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
             workdir / "results/anchoring/tasks.parquet",
             workdir / f"results/responses/anchoring/judge/{j}/tasks.parquet",
             judge=j,
-            model_cfg=cfg["models"][j],
+            model_cfg=dag.model_settings(cfg, j),  # what the rule passes: no speed settings
             settings=cfg["anchoring"],
             run_cfg=cfg["run"],
             notes=run_notes(cfg["run"]["kind"]),

@@ -195,23 +195,13 @@ def pandas_parse_failures(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.
 
 
 def pandas_rating_distribution(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_seed: int) -> pd.DataFrame:
-    from context_effects.conformity.descriptive import DISPLAY_ORDER
+    from context_effects.conformity.descriptive import rating_shares
 
-    frames = []
+    counts = {}
     for dataset, ratings in ratings_by_dataset.items():
         blind = pandas_panel_blind(ratings, primary_seed)
-        counts = blind.groupby(["condition", "rating"]).size().unstack(fill_value=0)
-        counts = counts.reindex(columns=[1.0, 2.0, 3.0, 4.0, 5.0], fill_value=0)
-        share = counts.div(counts.sum(axis=1), axis=0)
-        share.columns = [str(int(c)) for c in share.columns]
-        share.insert(0, "n", counts.sum(axis=1))
-        share = share.reset_index()
-        share.insert(0, "dataset", dataset)
-        frames.append(share)
-    out = pd.concat(frames, ignore_index=True)
-    order = {c: i for i, c in enumerate(DISPLAY_ORDER)}
-    return out.sort_values(["dataset", "condition"], key=lambda s: s.map(order) if s.name == "condition" else s,
-                           ignore_index=True)
+        counts[dataset] = blind.groupby(["condition", "rating"]).size().unstack(fill_value=0)
+    return rating_shares(counts)
 
 
 # ----------------------------------------------------------------------------- the paths

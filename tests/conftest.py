@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -51,3 +52,22 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if (REPO / "resources" / "models").is_dir():
         return REPO / "resources" / "models" / "_pytest"
     return tmp_path_factory.getbasetemp() / "models"
+
+
+def edit_definition(path: Path, name: str, assignment: str = "{name} = {name}") -> None:
+    """Change what the top-level function or assignment ``name`` of a source file does, by
+    one statement: ``pass`` first in the function's body, or ``assignment`` after the
+    assignment (the rerun tests edit copies of the sources this way)."""
+    source = path.read_text()
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            first = node.body[0]
+            lines.insert(first.lineno - 1, " " * first.col_offset + "pass")
+            break
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            lines.insert(node.end_lineno, assignment.format(name=name))
+            break
+    else:
+        raise AssertionError(f"{path} has no top-level {name}")
+    path.write_text("\n".join(lines) + "\n")

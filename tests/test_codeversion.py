@@ -4,7 +4,6 @@ checkout changes none. Each case edits a copy of the sources, never the reposito
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import shutil
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, edit_definition
 
 #: Jobs whose versions are compared: scripts (one per rule family) and registry entries.
 SCRIPTS = ["export_store.py", "conformity_requests.py", "conformity_judge_requests.py", "conformity_ratings.py", "amel_requests.py",
@@ -56,23 +55,6 @@ def pristine(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def baseline(pristine) -> dict[str, str]:
     return _versions(pristine)
-
-
-def _edit(path: Path, name: str) -> None:
-    """Change what the top-level function or assignment ``name`` does (by one statement)."""
-    source = path.read_text()
-    lines = source.splitlines()
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            first = node.body[0]
-            lines.insert(first.lineno - 1, " " * first.col_offset + "pass")
-            break
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            lines.insert(node.end_lineno, f"{name} = {name}")
-            break
-    else:
-        raise AssertionError(f"{path} has no top-level {name}")
-    path.write_text("\n".join(lines) + "\n")
 
 
 def _changed(base: dict[str, str], edited: dict[str, str]) -> set[str]:
@@ -123,13 +105,13 @@ ALL = set(SCRIPTS) | {"/".join(e) for e in ENTRIES}
 )
 def test_an_edit_changes_exactly_the_jobs_that_run_it(baseline, pristine, tmp_path, module, name, expected):
     root = _copy(tmp_path, pristine)
-    _edit(root / "src" / "context_effects" / module, name)
+    edit_definition(root / "src" / "context_effects" / module, name)
     assert _changed(baseline, _versions(root)) == expected
 
 
 def test_a_plotting_function_changes_its_figures_only(baseline, pristine, tmp_path):
     root = _copy(tmp_path, pristine)
-    _edit(root / "src" / "context_effects" / "conformity" / "descriptive.py", "plot_rating_distribution")
+    edit_definition(root / "src" / "context_effects" / "conformity" / "descriptive.py", "plot_rating_distribution")
     assert _changed(baseline, _versions(root)) == {"conformity/figure/rating_distributions"}
 
 
@@ -138,7 +120,7 @@ def test_a_registry_declaration_counts_for_every_registered_entry(baseline, pris
     figure scripts look up by name (importlib): each registered entry follows them, and
     no job outside the registries does."""
     root = _copy(tmp_path, pristine)
-    _edit(root / "src" / "context_effects" / "amel" / "outputs.py", "REGISTRY")
+    edit_definition(root / "src" / "context_effects" / "amel" / "outputs.py", "REGISTRY")
     assert _changed(baseline, _versions(root)) == {"/".join(e) for e in ENTRIES}
 
 
@@ -146,7 +128,7 @@ def test_a_module_named_in_a_string_is_followed(baseline, pristine, tmp_path):
     """The synthetic backend imports its simulators by name: editing one changes the
     jobs that answer with the synthetic backend or read its planted values."""
     root = _copy(tmp_path, pristine)
-    _edit(root / "src" / "context_effects" / "conformity" / "synthetic.py", "validate")
+    edit_definition(root / "src" / "context_effects" / "conformity" / "synthetic.py", "validate")
     changed = _changed(baseline, _versions(root))
     assert {"conformity_requests.py", "conformity_judge_requests.py"} <= changed
     assert not changed & {"conformity/table/table2", "fit_model.py", "export_store.py"}

@@ -8,7 +8,6 @@ paper sources) and each case edits that copy, never the repository itself.
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 from collections import Counter
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_snakemake
+from conftest import REPO, edit_definition, run_snakemake
 
 #: Study C's Table 2, Table 5 and rating figure and one AMEL table and figure: every
 #: stage from items to ratings, on both studies, in a couple of minutes.
@@ -63,23 +62,6 @@ def _planned(repo: Path, config: Path, *extra: str) -> Counter:
     return jobs
 
 
-def _edit(path: Path, name: str) -> None:
-    """Change what a top-level function or assignment does (one statement more)."""
-    source = path.read_text()
-    lines = source.splitlines()
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            first = node.body[0]
-            lines.insert(first.lineno - 1, " " * first.col_offset + "pass")
-            break
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            lines.insert(node.end_lineno, f"{name} = {name} + ' '")
-            break
-    else:
-        raise AssertionError(f"{path} has no top-level {name}")
-    path.write_text("\n".join(lines) + "\n")
-
-
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> tuple[Path, Path]:
     repo = _copy_repo(tmp_path_factory.mktemp("rerun") / "repo")
@@ -99,7 +81,8 @@ class _Edited:
 
     def __enter__(self) -> Path:
         if self.name:
-            _edit(self.path, self.name)
+            # A string (a prompt) gets a real change of value; a function a `pass` more.
+            edit_definition(self.path, self.name, "{name} = {name} + ' '")
         return self.path
 
     def __exit__(self, *exc) -> None:

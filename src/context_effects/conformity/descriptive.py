@@ -399,11 +399,18 @@ def parse_failures(ratings_by_dataset: Mapping[str, RatingsFrame]) -> pd.DataFra
 
 def rating_distribution(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
     """Share of each blind rating 1–5 per dataset × condition (rows sum to 1)."""
-    frames = []
+    counts = {}
     for dataset, ratings in ratings_by_dataset.items():
         blind = _panel_blind_pl(ratings, primary_seed, ["condition", "rating"])
         long = blind.group_by(["condition", "rating"]).len().to_pandas()
-        counts = long.pivot(index="condition", columns="rating", values="len").fillna(0).astype("int64")
+        counts[dataset] = long.pivot(index="condition", columns="rating", values="len").fillna(0).astype("int64")
+    return rating_shares(counts)
+
+
+def rating_shares(counts_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """The rating distribution's rows from each dataset's condition × rating counts."""
+    frames = []
+    for dataset, counts in counts_by_dataset.items():
         counts = counts.sort_index().reindex(columns=[1.0, 2.0, 3.0, 4.0, 5.0], fill_value=0)
         counts.columns.name = None
         share = counts.div(counts.sum(axis=1), axis=0)

@@ -58,6 +58,8 @@ onstart:
 
 # A dry run never calls onstart: it only warns about the keys its jobs would need.
 dag.require_api_keys(config, workflow)
+# What each model is sent (llm/capabilities.py), visible before anything runs.
+dag.log_model_profiles(config)
 
 
 rule all:

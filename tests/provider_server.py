@@ -178,6 +178,9 @@ class ProviderServer:
         # Small artificial latency on generation calls, so concurrent requests overlap.
         latency_s: float = 0.0,
         hold_after: int | None = None,
+        # OpenAI chat models that behave like the GPT-5 family (see _reasoning_rejection).
+        reasoning_models: tuple[str, ...] = (),
+        reasoning_tokens: int = 200,
     ) -> None:
         self.openai_key = openai_key
         self.anthropic_key = anthropic_key
@@ -189,6 +192,8 @@ class ProviderServer:
         self.latency_s = latency_s
         # Answer this many generation requests, then hold the rest (see the module docstring).
         self.hold_after = hold_after
+        self.reasoning_models = tuple(reasoning_models)
+        self.reasoning_tokens = reasoning_tokens
         self._admitted = 0
         self._release = threading.Event()
         # custom_ids the batch endpoints answer with an error / leave expired.
@@ -442,6 +447,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str, body: Any) -> None:
         parts = [s for s in path.split("/") if s]
         if method == "POST" and path == "/v1/chat/completions":
+            rejection = _reasoning_rejection(self.provider, body)
+            if rejection is not None:
+                return self._json(400, rejection)
             return self._generate(lambda: _chat_completion(self.provider, body))
         if method == "POST" and path == "/v1/completions":
             return self._generate(lambda: _text_completion(self.provider, body))
@@ -516,9 +524,43 @@ def _truncate(reply: Reply, max_tokens: int | None) -> tuple[list[str], str]:
     return reply.tokens, "stop"
 
 
+def _invalid(message: str, param: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+
+
+def _reasoning_rejection(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The HTTP 400 body the OpenAI API sends a GPT-5-family model for a setting it rejects
+    (wording as the real API words it), or None when the request is acceptable."""
+    model = body.get("model")
+    if model not in p.reasoning_models:
+        if "reasoning_effort" in body:
+            return _invalid("Unrecognized request argument supplied: reasoning_effort", "reasoning_effort",
+                            "unsupported_parameter")
+        return None
+    for param in ("temperature", "top_p"):
+        if param in body and body[param] != 1:
+            return _invalid(f"Unsupported value: '{param}' does not support {body[param]} with this model. Only "
+                            "the default (1) value is supported.", param, "unsupported_value")
+    for param in ("logprobs", "top_logprobs"):
+        if body.get(param):
+            return _invalid(f"Unsupported parameter: '{param}' is not supported with this model.", param,
+                            "unsupported_parameter")
+    if "max_tokens" in body:
+        return _invalid("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                        "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
+    return None
+
+
 def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
     reply = p.reply(_prompt_of_chat(body.get("messages", [])))
-    tokens, finish = _truncate(reply, body.get("max_completion_tokens") or body.get("max_tokens"))
+    budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    reasoning = 0
+    if body.get("model") in p.reasoning_models:
+        # Reasoning tokens are spent first and count against max_completion_tokens: a
+        # small budget ends in an empty reply cut off for length, as the real API does.
+        reasoning = min(p.reasoning_tokens, budget) if budget is not None else p.reasoning_tokens
+        budget = None if budget is None else budget - reasoning
+    tokens, finish = _truncate(reply, budget)
     message: str | None = "".join(tokens)
     if reply.refusal is not None:
         message, finish = None, "stop"
@@ -546,7 +588,8 @@ def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
         "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": body.get("model"),
+        # Aliases answer under a dated snapshot, as the real API reports it.
+        "model": f"{body.get('model')}-2026-08-07" if body.get("model") in p.reasoning_models else body.get("model"),
         "system_fingerprint": "fp_fake",
         "choices": [
             {
@@ -558,8 +601,9 @@ def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
         ],
         "usage": {
             "prompt_tokens": _word_count(body.get("messages", [])),
-            "completion_tokens": len(tokens),
-            "total_tokens": _word_count(body.get("messages", [])) + len(tokens),
+            "completion_tokens": len(tokens) + reasoning,
+            "total_tokens": _word_count(body.get("messages", [])) + len(tokens) + reasoning,
+            "completion_tokens_details": {"reasoning_tokens": reasoning},
         },
     }
 

@@ -23,7 +23,7 @@ from context_effects.amel.design import (
     verdicts,
 )
 from context_effects.amel.items import AmelItemError, load_item_file, select_items, verification_items
-from context_effects.amel.requests import domain_requests, probability_method, write_domain_shard
+from context_effects.amel.requests import domain_requests, logprobs_available, methods_for, write_domain_shard
 from context_effects.amel.outputs import ANALYSES, REGISTRY, analysis_table
 from context_effects.amel.scores import (
     bias_scores,
@@ -88,8 +88,8 @@ def sim_items(n: int, domain: str = "sim", groups_of: int = 1) -> pd.DataFrame:
 
 def test_code_review_file_is_balanced_pairs():
     items = load_item_file(REPO / "data/amel/code_review.jsonl", "code_review")
-    assert len(items) == 24 and items["group"].nunique() == 12
-    assert (items.groupby("group")["answer"].apply(sorted) == pd.Series([["No", "Yes"]] * 12).values).all()
+    assert len(items) == 56 and items["group"].nunique() == 28
+    assert (items.groupby("group")["answer"].apply(sorted) == pd.Series([["No", "Yes"]] * 28).values).all()
     assert (REPO / "data/amel/README.md").read_text().count("written for this project") == 1
 
 
@@ -162,8 +162,9 @@ def test_histories_skip_own_group_and_share_prefix():
 def test_design_cells_and_verdict_sequences():
     a = amel_config()["amel"]
     cells = design_cells(a)
-    # baseline + 2 x 4 lengths + 2 x 3 positions + swapped baseline + 2 swapped (k = 10 is a length already).
-    assert len(cells) == 1 + 8 + 6 + 1 + 2
+    # baseline + 2 x 4 lengths + balanced k = 10 + 2 x 3 positions + swapped baseline + 2 swapped
+    # (k = 10 is a length already).
+    assert len(cells) == 1 + 8 + 1 + 6 + 1 + 2
     sat = Cell("standard", "yes_saturated", 10, None, 10)
     assert verdicts(sat, seed=1, domain="d") == ["Yes"] * 10
     y = verdicts(Cell("standard", "yes_saturated", 10, None, 8), seed=1, domain="d")
@@ -208,13 +209,14 @@ def test_only_manipulated_turns_differ_byte_for_byte():
 # ----------------------------------------------------------------------------- requests
 
 
-def test_probability_method_by_backend():
-    assert probability_method("m", {"backend": "vllm"}, "auto") == "first_token"
-    assert probability_method("m", {"backend": "openai"}, "auto") == "first_token"
-    assert probability_method("m", {"backend": "anthropic"}, "auto") == "samples"
-    assert probability_method("m", {"backend": "vllm"}, "samples") == "samples"
-    with pytest.raises(ValueError, match="exposes no token probabilities"):
-        probability_method("claude", {"backend": "anthropic"}, "logprobs")
+def test_methods_samples_for_every_model_first_token_where_logprobs():
+    a = amel_config()["amel"]
+    assert methods_for(a, logprobs=True) == ("samples", "first_token")
+    assert methods_for(a, logprobs=False) == ("samples",)
+    assert methods_for({**a, "first_token": False}, logprobs=True) == ("samples",)
+    cfg = {"models": {"v": model_cfg(backend="vllm", model_id="v"), "c": model_cfg(backend="anthropic", model_id="c"),
+                      "g": {**model_cfg(backend="openai", model_id="g"), "capabilities": {"logprobs": True}}}}
+    assert logprobs_available(cfg, "v") and not logprobs_available(cfg, "c") and logprobs_available(cfg, "g")
 
 
 def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
@@ -222,23 +224,27 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     cfg = amel_config(history_lengths=[2, 4], position_history_length=20, position_biased_turns=2,
                       framing_history_lengths=[2], n_samples=3)
     items = select_items(sim_items(30), 5, seed=4)
-    reqs = domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"])
+    reqs = domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"], logprobs=True)
     n_cells = len(design_cells(cfg["amel"]))
-    assert len(reqs) == 5 * n_cells
+    assert len(reqs) == 5 * n_cells * (3 + 1)
     assert [r.messages for r in reqs] == sorted(r.messages for r in reqs)
+    first = [r for r in reqs if r.meta["method"] == "first_token"]
+    assert len(first) == 5 * n_cells
     # Every test item after the same 4-turn yes-saturated history: one contiguous run
     # of requests sharing that history (longer histories that extend it may sit inside).
     run = [i for i, r in enumerate(reqs) if r.meta["cell"] == "standard:yes_saturated:k4"]
-    assert len(run) == 5
+    assert len(run) == 5 * 4
     assert len({reqs[i].messages[:9] for i in range(run[0], run[-1] + 1)}) == 1
-    r0 = reqs[0]
+    r0 = first[0]
     assert r0.sampling.max_tokens == 1 and r0.sampling.temperature == 0 and "Yes" in r0.sampling.probe_tokens
     claude = model_cfg(backend="anthropic", model_id="claude-x")
-    sampled = domain_requests(items, "claude", claude, cfg["amel"])
-    assert len(sampled) == 3 * len(reqs)
-    assert {r.sample_index for r in sampled} == {0, 1, 2} and all(r.sampling.temperature == 1.0 for r in sampled)
+    sampled = domain_requests(items, "claude", claude, cfg["amel"], logprobs=False)
+    assert len(sampled) == 3 * len(first) and {r.meta["method"] for r in sampled} == {"samples"}
+    # The Anthropic API takes no temperature (llm/capabilities.py): not sent, its default of 1 applies.
+    assert {r.sample_index for r in sampled} == {0, 1, 2} and all(r.sampling.temperature is None for r in sampled)
     assert len({r.key for r in sampled}) == len(sampled)
-    base = domain_requests(items, "gbase", model_cfg(backend="vllm", model_id="g", mode="completion"), cfg["amel"])
+    base = domain_requests(items, "gbase", model_cfg(backend="vllm", model_id="g", mode="completion"), cfg["amel"],
+                           logprobs=True)
     assert all(len(r.messages) == 1 and r.mode == "completion" for r in base)
 
 
@@ -335,25 +341,50 @@ def test_statistics_match_scipy_and_statsmodels():
     assert stats.ratio(-0.3, -0.2) == pytest.approx(1.5) and stats.ratio(0.1, 0) == math.inf
 
 
-def test_tables_on_fixed_data_use_the_same_statistics():
+def test_tables_on_fixed_data_use_the_item_as_the_unit():
+    """Each of 4 items has 3 rows per polarity (k = 5, 10, 20 or 50): tests run on per-item means."""
     rows = []
     for i, (x, y, k) in enumerate(zip(X, Y, K)):
         for pol, bs in (("yes", x), ("no", y)):
-            rows.append(dict(model="m", domain="d", item_id=f"i{i % 4}", framing="standard", position=None, k=k,
-                             condition=f"{pol}_saturated", polarity=pol, bs=bs, provider="p", params_b=1.0,
-                             stratum="uncertain" if i % 2 else "deterministic", congruent=bool(i % 3),
-                             baseline_congruent=bool(i % 2)))
+            rows.append(dict(model="m", method="samples", domain="d", item_id=f"i{i % 4}", framing="standard",
+                             position=None, k=k, condition=f"{pol}_saturated", polarity=pol, bs=bs, provider="p",
+                             params_b=1.0, stratum="uncertain" if i % 2 else "deterministic",
+                             congruent=bool(i % 3), baseline_congruent=bool(i % 2)))
     bs = pd.DataFrame(rows)
+    items = [f"i{j}" for j in range(4)]
+    # By hand: item j's rows are i = j, j + 4, j + 8.
+    mean_item = np.array([np.concatenate([X[j::4], Y[j::4]]).mean() for j in range(4)])
+    abs_yes = np.array([np.abs(X[j::4]).mean() for j in range(4)])
+    abs_no = np.array([np.abs(Y[j::4]).mean() for j in range(4)])
     eff = analysis_table("effects", bs, {}).set_index(["scope", "group"])
-    ref = sps.ttest_1samp(np.concatenate([X, Y]), 0)
-    assert eff.loc[("overall", "all"), "t"] == pytest.approx(ref.statistic)
+    ref = sps.ttest_1samp(mean_item, 0)
+    row = eff.loc[("overall", "all")]
+    assert row["method"] == "samples" and row["n"] == 4 and row["n_rows"] == 24
+    assert (row["t"], row["p"]) == pytest.approx((ref.statistic, ref.pvalue))
+    assert row["d"] == pytest.approx(mean_item.mean() / mean_item.std(ddof=1))
     asym = analysis_table("asymmetry", bs, {}).set_index(["scope", "group"])
-    ref = sps.ttest_rel(np.abs(Y), np.abs(X))
-    assert asym.loc[("overall", "all"), "t"] == pytest.approx(ref.statistic)
+    ref = sps.ttest_rel(abs_no, abs_yes)
+    assert asym.loc[("overall", "all"), "n_pairs"] == 4
+    assert (asym.loc[("overall", "all"), "t"], asym.loc[("overall", "all"), "p"]) == pytest.approx(
+        (ref.statistic, ref.pvalue))
     assert asym.loc[("overall", "all"), "ratio"] == pytest.approx(abs(Y.mean()) / abs(X.mean()))
+    # The nonparametric paired test on the same per-item values agrees in direction.
+    assert sps.wilcoxon(abs_no, abs_yes).statistic >= 0
+    # Entropy strata: odd rows are "uncertain", so items i1 and i3 (rows 1, 5, 9 / 3, 7, 11).
+    ent = analysis_table("entropy", bs, {}).set_index(["scope", "group", "stratum"])
+    unc, det = mean_item[[1, 3]], mean_item[[0, 2]]
+    ref = sps.ttest_ind(unc, det, equal_var=False)
+    diff = ent.loc[("overall", "all", "uncertain - deterministic")]
+    assert diff["n"] == 4 and (diff["t"], diff["p"]) == pytest.approx((ref.statistic, ref.pvalue))
+    assert ent.loc[("overall", "all", "uncertain"), "mean_bs"] == pytest.approx(unc.mean())
+    # Length: the OLS slope of the rows with a cluster-robust SE by item.
     length = analysis_table("length", bs, {}).set_index(["scope", "group"])
-    assert length.loc[("polarity", "yes"), "slope"] == pytest.approx(sps.linregress(K, X).slope)
-    assert length.loc[("polarity", "yes"), "rho"] == pytest.approx(sps.spearmanr(K, X).statistic)
+    fit = sm.OLS(X, sm.add_constant(K)).fit(cov_type="cluster", cov_kwds={"groups": np.arange(12) % 4})
+    got = length.loc[("polarity", "yes")]
+    assert got["slope"] == pytest.approx(sps.linregress(K, X).slope)
+    assert (got["slope_se"], got["slope_p"]) == pytest.approx((fit.bse[1], fit.pvalues[1]))
+    assert got["rho"] == pytest.approx(sps.spearmanr(K, X).statistic) and got["n_items"] == 4
+    assert set(items) == set(bs["item_id"])
 
 
 # ----------------------------------------------------------------------------- planted recovery
@@ -363,7 +394,7 @@ def run_synthetic(tmp_path, cfg, items, model="qwen-sim"):
     path = tmp_path / "items.parquet"
     items.to_parquet(path)
     write_domain_shard(path, tmp_path / "req.parquet", model_name=model, model_cfg=cfg["models"][model],
-                       amel_cfg=cfg["amel"])
+                       amel_cfg=cfg["amel"], logprobs=logprobs_available(cfg, model))
     store = ResponseStore(tmp_path / "store")
     backend = make_backend(model, cfg["models"][model], store=store)
     answer_shard(tmp_path / "req.parquet", tmp_path / "resp.parquet", tmp_path / "ledger.json", backend, store,
@@ -374,11 +405,14 @@ def run_synthetic(tmp_path, cfg, items, model="qwen-sim"):
 
 def test_analysis_recovers_planted_amel_effects(tmp_path):
     """Synthetic model, 200 items: BS per cell, asymmetry, k trend, position and framing within their CIs."""
-    cfg = amel_config(history_lengths=[5, 20, 50], framing_history_lengths=[20])
+    cfg = amel_config(history_lengths=[5, 20, 50], framing_history_lengths=[20], balanced_history_lengths=[20],
+                      n_samples=2)
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(260), 200, seed=5))
-    assert (probs["method"] == "first_token").all() and probs["p_yes"].notna().all()
+    assert set(probs["method"]) == {"samples", "first_token"} and probs["p_yes"].notna().all()
+    # The first-token (exact) measurement carries the recovery checks; the tables below keep its rows.
+    probs, bs = probs[probs["method"] == "first_token"], bs[bs["method"] == "first_token"]
     planted = planted_effects("qwen-sim")["amel"]
-    main = bs[(bs["framing"] == "standard") & bs["position"].isna()]
+    main = bs[(bs["framing"] == "standard") & bs["position"].isna() & (bs["condition"] != "balanced")]
     for (cond, k), part in main.groupby(["condition", "k"]):
         s = stats.one_sample(part["bs"])
         assert s["ci_high"] < 0  # conforming, significantly
@@ -389,6 +423,7 @@ def test_analysis_recovers_planted_amel_effects(tmp_path):
     a = {}
     for name in ANALYSES:
         a[name] = analysis_table(name, analysis_data(name, bs, probs), cfg["amel"])
+        assert set(a[name]["method"]) == {"first_token"}, name
     overall = lambda t: t[t["scope"] == "overall"]  # noqa: E731
     eff = overall(a["effects"]).iloc[0]
     assert eff["d"] < 0 and eff["p"] < 1e-10
@@ -410,12 +445,16 @@ def test_analysis_recovers_planted_amel_effects(tmp_path):
     cong = overall(a["congruence"])
     diff = cong[(cong["basis"] == "truth") & (cong["items"] == "congruent - incongruent")].iloc[0]
     assert diff["p"] > 0.001  # nothing planted on truth
+    # A balanced history plants no shift: exactly 0 (first-token P), far below the saturated |BS|.
+    bal = overall(a["balanced"]).iloc[0]
+    assert bal["mean_abs_shift"] == pytest.approx(0, abs=1e-12) and bal["n"] == 200
+    assert bal["diff"] < 0 and bal["p_diff"] < 1e-10
 
 
 def test_flat_k_and_sampled_probabilities(tmp_path):
     """k_scale = 0 plants a flat effect in k (seed finding); sampling P(Yes) tracks the planted P."""
-    cfg = amel_config(history_lengths=[5, 50], positions=[], framing_swap=False, probability_method="samples",
-                      n_samples=30)
+    cfg = amel_config(history_lengths=[5, 50], positions=[], framing_swap=False, first_token=False,
+                      balanced_history_lengths=[], n_samples=30)
     cfg["models"]["qwen-sim"] = {**cfg["models"]["qwen-sim"], "synthetic": {"amel_k_scale": 0.0}}
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(30), 16, seed=6))
     assert (probs["method"] == "samples").all() and (probs["n_valid"] == 30).all()
@@ -436,7 +475,7 @@ def test_every_registered_table_and_figure_is_written(tmp_path, monkeypatch):
     from context_effects.outputs import draw_registered_figure, write_registered_table
 
     cfg = amel_config(history_lengths=[2, 6], position_history_length=8, position_biased_turns=2,
-                      framing_history_lengths=[2])
+                      framing_history_lengths=[2], balanced_history_lengths=[6], n_samples=2)
     cfg["run"] = {**cfg["run"], "kind": "synthetic"}
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(24), 12, seed=7))
     monkeypatch.chdir(tmp_path)

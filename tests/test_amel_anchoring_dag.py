@@ -14,7 +14,8 @@ from context_effects.anchoring import dag as anchoring_dag
 from context_effects.config import load_config, validate_config
 from context_effects.outputs import FigureSpec, TableSpec, registry
 
-AMEL_NAMES = ["effects", "entropy", "asymmetry", "length", "position", "framing", "congruence", "probabilities"]
+AMEL_NAMES = ["effects", "scaling", "balanced", "entropy", "asymmetry", "length", "position", "framing", "congruence",
+              "probabilities"]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,11 @@ def test_amel_rule_settings_are_exactly_what_each_job_reads(demo):
     assert amel_dag.design_settings(more) != amel_dag.design_settings(demo)
     models = amel_dag.score_models(demo)
     assert list(models) == ["smollm2-135m"]
-    assert models["smollm2-135m"] == {k: demo["models"]["smollm2-135m"][k] for k in amel_dag.MODEL_INFO_KEYS}
+    assert models["smollm2-135m"] == {
+        **{k: demo["models"]["smollm2-135m"][k] for k in amel_dag.MODEL_INFO_KEYS},
+        "extra_model": False,
+        "list_rank": 0,
+    }
 
 
 def test_amel_targets_are_the_registry_files(demo):

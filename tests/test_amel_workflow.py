@@ -30,6 +30,9 @@ CONFIG = {
         "position_history_length": 10,
         "position_biased_turns": 3,
         "framing_history_lengths": [5],
+        "balanced_history_lengths": [10],
+        "saturation_share": 0.8,
+        "n_samples": 5,
     },
 }
 
@@ -51,25 +54,34 @@ def test_amel_rules_from_items_to_tables_recover_planted_bias(workdir):
     for ext in ("pdf", "png"):
         assert (workdir / f"figures/amel/effects.{ext}").stat().st_size > 0
     items = pd.read_parquet(workdir / "results/amel/items/code_review.parquet")
-    assert len(items) == 24 and items["is_test"].sum() == 16
+    assert len(items) == 56 and items["is_test"].sum() == 16
     bs = pd.read_parquet(workdir / "results/amel/bias_scores.parquet")
     assert set(bs["domain"]) == {"truthfulqa", "code_review"}
-    assert bs["bs"].notna().all() and (bs["history_repeats"] == 0).all()
+    assert set(bs["method"]) == {"samples", "first_token"} and not bs["extra_model"].any()
+    saturated = bs["condition"] != "balanced"
+    assert bs.loc[saturated, "bs"].notna().all() and bs.loc[~saturated, "shift"].notna().all()
+    assert (bs["history_repeats"] == 0).all()
+    main = bs[saturated & bs["position"].isna()]
+    assert set(main["saturation_share"]) == {0.8} and set(main["prevailing_share"]) == {0.8}  # 4 of 5, 8 of 10
+    bs = bs[bs["method"] == "first_token"]
     # Planted conformity recovered: with first-token probabilities every item's BS is
     # exactly the planted one (right item, cell, polarity and k all the way through),
     # and every cell's mean BS is significantly conforming.
     truth = SyntheticBackend(model_name="qwen-sim")
-    for r in bs.itertuples():
+    for r in bs[bs["condition"] != "balanced"].itertuples():
         framing = r.framing
         planted_p = amel_p_yes(truth, r.item_id, r.condition, r.n_biased, r.position, framing)
         base_p = amel_p_yes(truth, r.item_id, framing=framing)
         sign = 1 if r.condition == "no_saturated" else -1
         assert r.bs == pytest.approx(sign * (planted_p - base_p), abs=1e-12), r
-    main = bs[(bs["framing"] == "standard") & bs["position"].isna()]
+    main = bs[(bs["framing"] == "standard") & bs["position"].isna() & (bs["condition"] != "balanced")]
     for (cond, k), part in main.groupby(["condition", "k"]):
         s = stats.one_sample(part["bs"])
         assert s["n"] == 32 and s["ci_high"] < 0, (cond, k, s)
     effects = pd.read_csv(workdir / "results/tables/amel/effects.csv")
+    assert list(effects["method"].unique()) == ["samples", "first_token"]
+    assert {"extra_model", "saturation_share", "n_rows"} <= set(effects.columns)
+    effects = effects[effects["method"] == "first_token"]
     assert set(effects["scope"]) == {"overall", "model", "domain", "provider"}
     assert (effects["d"] < 0).all() and (effects["p"] < 0.05).all()
     assert effects.loc[effects["scope"] == "model", "params_b"].tolist() == [7.6]

@@ -25,14 +25,18 @@ from context_effects.anchoring.scoring import (
     task_metrics,
 )
 from context_effects.anchoring.tasks import (
+    PRIOR_DESIGN,
     TaskError,
     assign_priors,
+    category_quotas,
+    prior_gold_correlation,
     benchmark_tasks,
     build_tasks,
     file_tasks,
     hedged_answer,
     other_correct_answer,
 )
+from context_effects.config import load_config, validate_config
 from context_effects.datasets import build_item_table, write_items
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.shards import answer_shard, read_request_shard, write_request_shard
@@ -142,17 +146,25 @@ def _items(n: int, dataset: str = "truthfulqa") -> pd.DataFrame:
 
 
 def test_benchmark_tasks_follow_the_gold_rule():
-    t = benchmark_tasks(_items(8), 8, seed=1)
-    assert t["answer_kind"].tolist() == ["best", "other_correct", "hedged", "incorrect"] * 2
-    assert t["gold_score"].tolist() == [5, 4, 3, 1] * 2
-    row = t.iloc[1]
-    assert row["answer"] == "Answer 1" and "Reference answer: The full correct answer number 1" in row["rubric"]
-    assert t.iloc[3]["answer"] == "A wrong answer 3"
-    assert '"The full correct answer number 2"' in t.iloc[2]["answer"] and '"A wrong answer 2"' in t.iloc[2]["answer"]
-    # Multiple choice: no other correct answer, so the kinds rotate over the other three; options are shown.
+    t = benchmark_tasks(_items(8), 8, seed=1).set_index("item_id")
+    assert sorted(t["answer_kind"]) == sorted(["best", "other_correct", "hedged", "incorrect"] * 2)
+    assert (t["gold_score"] == t["answer_kind"].map({"best": 5, "other_correct": 4, "hedged": 3, "incorrect": 1})).all()
+    assert (t["task_id"] == t.index + ":" + t["answer_kind"]).all()
+    for item_id, row in t.iterrows():
+        i = int(item_id.rsplit("-", 1)[1])
+        assert f"Reference answer: The full correct answer number {i}" in row["rubric"]
+        expected = {"best": f"The full correct answer number {i}", "other_correct": f"Answer {i}",
+                    "incorrect": f"A wrong answer {i}"}.get(row["answer_kind"])
+        if expected is None:
+            assert f'"The full correct answer number {i}"' in row["answer"] and f'"A wrong answer {i}"' in row["answer"]
+        else:
+            assert row["answer"] == expected
+    # Multiple choice: no other correct answer, so the three other kinds are balanced; options are shown.
     mc = benchmark_tasks(_items(6, "arc_challenge"), 6, seed=1)
-    assert mc["answer_kind"].tolist() == ["best", "hedged", "incorrect"] * 2
-    assert "\nOptions: The full correct answer number 0; A wrong answer 0" in mc.iloc[0]["question"]
+    assert sorted(mc["answer_kind"]) == sorted(["best", "hedged", "incorrect"] * 2)
+    first = mc.set_index("item_id").loc["arc_challenge-0000"] if "arc_challenge-0000" in set(mc["item_id"]) else None
+    assert all("\nOptions: The full correct answer number" in q for q in mc["question"])
+    assert first is None or "\nOptions: The full correct answer number 0; A wrong answer 0" in first["question"]
     with pytest.raises(TaskError, match="tasks_per_dataset"):
         benchmark_tasks(_items(3), 4)
 
@@ -183,22 +195,101 @@ def test_task_files_are_validated(tmp_path, repo):
     assert file_tasks(csv).iloc[0]["gold_score"] == 2
 
 
-def test_prior_design_is_balanced_recorded_and_seeded():
-    rng = np.random.default_rng(3)
-    tasks = pd.DataFrame({"task_id": [f"t{i:02d}" for i in range(41)], "gold_score": rng.integers(1, 6, 41)})
+def _categorised_items(sizes: dict[str, int], dataset: str = "truthfulqa") -> pd.DataFrame:
+    items = _items(sum(sizes.values()), dataset)
+    items["category"] = [c for c, n in sizes.items() for _ in range(n)]
+    return items
+
+
+def _realistic_tasks(repo, seed: int = 42) -> pd.DataFrame:
+    """The paper's shape: 50 tasks from each of three 500-item benchmarks plus the shipped task file."""
+    frames = [
+        benchmark_tasks(_categorised_items({"Health": 200, "Law": 180, "Misconceptions": 120}, ds), 50, seed=seed,
+                        source=ds)
+        for ds in ("truthfulqa", "mmlu_pro", "arc_challenge")
+    ]
+    frames.append(file_tasks(repo / "data" / "anchoring" / "tasks.jsonl"))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_task_draw_is_stratified_by_category_and_gold_level_and_reproducible():
+    sizes = {"Health": 250, "Law": 150, "Misconceptions": 93, "Weather": 7}
+    items = _categorised_items(sizes)
+    n = 50
+    t = benchmark_tasks(items, n, seed=42, source="truthfulqa")
+    assert len(t) == n and t["item_id"].is_unique
+    # Categories in proportion to the item table (largest remainder: within one of n * share).
+    got = t["category"].value_counts()
+    for cat, size in sizes.items():
+        assert abs(got.get(cat, 0) - n * size / len(items)) < 1, (cat, got.get(cat, 0))
+    assert got.sum() == n
+    # Gold levels balanced overall and within each category (every item supports every kind here).
+    kinds = t["answer_kind"].value_counts()
+    assert set(kinds.index) == {"best", "other_correct", "hedged", "incorrect"} and kinds.max() - kinds.min() <= 1
+    for _, part in t.groupby("category"):
+        per = part["answer_kind"].value_counts().reindex(list(kinds.index), fill_value=0)
+        assert per.max() - per.min() <= 1
+    # A seeded draw, not the head of the table: reproducible, different under another seed.
+    pd.testing.assert_frame_equal(t, benchmark_tasks(items, n, seed=42, source="truthfulqa"))
+    assert set(t["item_id"]) != set(items["item_id"].head(n))
+    other = benchmark_tasks(items, n, seed=43, source="truthfulqa")
+    assert set(other["item_id"]) != set(t["item_id"])
+    assert other["category"].value_counts().to_dict() == got.to_dict()  # the quotas do not depend on the seed
+    # Each dataset draws with its own stream: equal tables do not give equal draws.
+    assert set(benchmark_tasks(items, n, seed=42, source="mmlu_pro")["item_id"]) != set(t["item_id"])
+    # Many small categories (MMLU-Pro has 14): gold levels stay balanced overall and per category.
+    for draw_seed in range(10):
+        sizes14 = {f"c{i:02d}": int(k) for i, k in enumerate(np.random.default_rng(draw_seed).integers(1, 80, 14))}
+        for ds in ("truthfulqa", "mmlu_pro"):
+            d = benchmark_tasks(_categorised_items(sizes14, ds), n, seed=draw_seed, source=ds)
+            counts = d["answer_kind"].value_counts()
+            assert counts.max() - counts.min() <= 1
+            for _, part in d.groupby("category"):
+                per = part["answer_kind"].value_counts().reindex(list(counts.index), fill_value=0)
+                assert per.max() - per.min() <= 1
+    # Items without a category form one stratum.
+    plain = benchmark_tasks(_items(20, "arc_challenge"), 9, seed=1)
+    assert set(plain["category"]) == {"(none)"}
+    assert sorted(plain["answer_kind"].value_counts().tolist()) == [3, 3, 3]
+
+
+def test_category_quotas_hand_computed():
+    rng = np.random.default_rng(0)
+    # 6 of 15: exact shares 2.8, 2.0, 1.2 -> floors 2, 2, 1 and the one left goes to the largest remainder (0.8).
+    assert category_quotas({"a": 7, "b": 5, "c": 3}, 6, rng) == {"a": 3, "b": 2, "c": 1}
+    assert category_quotas({"a": 1, "b": 1}, 2, rng) == {"a": 1, "b": 1}
+
+
+def test_prior_design_is_independent_of_gold_recorded_and_seeded(repo):
+    tasks = _realistic_tasks(repo)
+    assert len(tasks) == 158 and set(tasks["gold_score"]) == {1, 2, 3, 4, 5}
     a = assign_priors(tasks, seed=5, threshold=3)
-    up = a["prior_direction"] == "above"
-    assert abs(int(up.sum()) - int((~up).sum())) <= 1
-    assert (a.loc[up, "prior_score"] > a.loc[up, "gold_score"]).all()
-    assert (a.loc[~up, "prior_score"] < a.loc[~up, "gold_score"]).all()
-    assert a["prior_score"].between(1, 5).all()
-    assert (a.loc[a["gold_score"] == 5, "prior_direction"] == "below").all()
-    assert (a.loc[a["gold_score"] == 1, "prior_direction"] == "above").all()
+    assert (a["prior_design"] == PRIOR_DESIGN).all()
+    high = a["prior_side"] == "high"
+    assert a.loc[high, "prior_score"].isin([4, 5]).all() and a.loc[~high, "prior_score"].isin([1, 2]).all()
+    # Half high, half low within every gold level (up to one task), and overall.
+    assert abs(int(high.sum()) - int((~high).sum())) <= 1
+    for _, part in a.groupby("gold_score"):
+        h = int((part["prior_side"] == "high").sum())
+        assert abs(h - (len(part) - h)) <= 1
+    assert (a["prior_direction"] == np.select([a["prior_score"] > a["gold_score"], a["prior_score"] < a["gold_score"]],
+                                              ["above", "below"], "equal")).all()
     assert (a["prior_verdict"] == np.where(a["prior_score"] >= 3, "pass", "fail")).all()
+    # Uninformative about quality: r(prior, gold) is 0 within sampling error. Under independence
+    # atanh(r) * sqrt(n - 3) is about N(0, 1); |z| < 2.576 is the two-sided 1% bound.
+    n = len(a)
+    for design_seed in range(20):
+        d = assign_priors(tasks, seed=design_seed, threshold=3)
+        r = np.corrcoef(d["gold_score"], d["prior_score"])[0, 1]
+        assert abs(np.arctanh(r)) * math.sqrt(n - 3) < 2.576, (design_seed, r)
+        c = prior_gold_correlation(d)
+        assert c["n"] == n and c["r"] == pytest.approx(r) and c["ci_low"] < 0 < c["ci_high"]
+    # The recorded design is reproducible from the seed and does not depend on the input order.
     pd.testing.assert_frame_equal(a, assign_priors(tasks.sample(frac=1, random_state=1), seed=5, threshold=3))
     assert not a.equals(assign_priors(tasks, seed=6, threshold=3))
-    with pytest.raises(TaskError, match="cannot be balanced"):
-        assign_priors(pd.DataFrame({"task_id": list("abcd"), "gold_score": [5, 5, 5, 3]}), seed=1, threshold=3)
+    # Even a one-sided gold distribution gets a design (the old gold-relative design could not balance this).
+    only5 = assign_priors(pd.DataFrame({"task_id": list("abcd"), "gold_score": [5, 5, 5, 3]}), seed=1, threshold=3)
+    assert sorted(only5["prior_side"]) == ["high", "high", "low", "low"]
 
 
 # ----------------------------------------------------------------------------- protocol invariants
@@ -259,6 +350,31 @@ def test_order_is_randomised_seeded_and_per_judge(small_tasks):
         judge_requests(small_tasks, "base", {**SIM, "mode": "completion"}, SETTINGS)
 
 
+def test_repetitions_are_distinct_requests_with_distinct_seeds_recorded_per_row(small_tasks, repo):
+    settings = {**SETTINGS, "repetitions": 3, "temperature": 1.0}
+    reqs = judge_requests(small_tasks, "sim", SIM, settings)
+    cells: dict[tuple, list] = {}
+    for r in reqs:
+        cells.setdefault((r.meta["task_id"], r.meta["condition"]), []).append(r)
+    for reps in cells.values():
+        assert len({r.key for r in reps}) == 3  # a repetition is its own request, never a cache hit
+        assert sorted(r.sampling.seed for r in reps) == [7, 8, 9]
+        assert {r.sampling.temperature for r in reps} == {1.0}
+    # The same repetition has the same seed in every condition (paired draws).
+    by_rep = {}
+    for r in reqs:
+        by_rep.setdefault(r.meta["repetition"], set()).add(r.sampling.seed)
+    assert by_rep == {0: {7}, 1: {8}, 2: {9}}
+    # Recorded per judgment row.
+    rows = pd.DataFrame([{"text": '{"score": 3}', "ok": True, "key": r.key} for r in reqs])
+    j = judgments_frame(reqs, rows)
+    assert (j["sampling_seed"] == 7 + j["repetition"]).all() and (j["temperature"] == 1.0).all()
+    assert (j["top_p"] == 1.0).all() and j["key"].is_unique
+    # The paper config samples (temperature > 0), so the spread across repetitions is sampling variation.
+    paper = validate_config(load_config(repo / "config" / "config.yaml"))["anchoring"]
+    assert paper["repetitions"] >= 3 and paper["temperature"] > 0 and paper["top_p"] == 1.0
+
+
 def test_check_run_rejects_protocol_violations(small_tasks):
     reqs = judge_requests(small_tasks, "sim", SIM, SETTINGS)
     check_run(reqs, small_tasks, 2)
@@ -312,7 +428,11 @@ def test_task_metrics_match_hand_computation():
     pt = task_metrics(_hand_judgments(), HAND_TASKS, threshold=3).set_index("task_id")
     assert pt.loc["T1", ["mean_blind", "mean_framing", "mean_anchor"]].tolist() == [4.0, 3.5, 2.5]
     assert pt.loc["T1", "pull"] == 1.5 and pt.loc["T2", "pull"] == 0.5 and pt.loc["T5", "pull"] == -1.0
-    assert pt.loc["T3", "pull_status"] == "tie" and math.isnan(pt.loc["T3", "pull"])
+    # The seed's formula as written: prior = blind mean gives sign 0, so the pull is 0 (kept);
+    # the sensitivity column leaves it out.
+    assert pt.loc["T3", "pull_status"] == "tie" and pt.loc["T3", "pull"] == 0.0
+    assert math.isnan(pt.loc["T3", "pull_ties_excluded"]) and pt.loc["T1", "pull_ties_excluded"] == 1.5
+    assert math.isnan(pt.loc["T4", "pull"]) and math.isnan(pt.loc["T4", "pull_ties_excluded"])
     assert pt.loc["T4", "pull_status"] == "missing" and not pt.loc["T4", "complete"]
     assert pt["pull_vs_framing"].tolist() == [1.0, 1.0, 0.5, 1.0, -0.5]
     assert pt.loc["T2", "n_framing"] == 1 and pt.loc["T2", "n_missing_framing"] == 1
@@ -328,13 +448,22 @@ def test_model_summary_matches_hand_computation():
     j = _hand_judgments()
     pt = task_metrics(j, HAND_TASKS, threshold=3)
     s = summarise(pt, j, n_resamples=2000, seed=1)
+    # Primary: pulls 1.5, 0.5, 0 (tie), -1.0 -> mean 0.25, median 0.25.
     p = s["pull"]
-    assert (p["n_used"], p["n_ties"], p["n_missing"]) == (3, 1, 1)
-    assert p["mean"]["estimate"] == pytest.approx(1 / 3) and p["median"]["estimate"] == 0.5
-    assert p["share_toward"] == pytest.approx(2 / 3) and p["share_away"] == pytest.approx(1 / 3)
-    assert p["mean"]["ci_low"] <= 1 / 3 <= p["mean"]["ci_high"]
+    assert p["tie_handling"] == "ties scored 0 (primary)"
+    assert (p["n_used"], p["n_ties"], p["n_missing"]) == (4, 1, 1)
+    assert p["mean"]["estimate"] == pytest.approx(0.25) and p["median"]["estimate"] == pytest.approx(0.25)
+    assert (p["share_toward"], p["share_away"], p["share_zero"]) == (0.5, 0.25, 0.25)
+    assert p["mean"]["ci_low"] <= 0.25 <= p["mean"]["ci_high"]
+    # Sensitivity: the tie left out -> 1.5, 0.5, -1.0.
+    x = s["pull_ties_excluded"]
+    assert x["tie_handling"] == "ties excluded (sensitivity)"
+    assert (x["n_used"], x["n_ties"], x["n_missing"]) == (3, 1, 1)
+    assert x["mean"]["estimate"] == pytest.approx(1 / 3) and x["median"]["estimate"] == 0.5
+    assert x["share_toward"] == pytest.approx(2 / 3) and x["share_away"] == pytest.approx(1 / 3)
     af = s["anchor_vs_framing"]
     assert af["signed_mean"]["estimate"] == pytest.approx(0.6)
+    assert af["signed_mean_ties_excluded"]["estimate"] == pytest.approx(0.6) and af["n_used_ties_excluded"] == 5
     assert af["raw_mean_difference"] == pytest.approx(0.4)
     assert af["framing_minus_blind"] == pytest.approx(-0.375)
     c = s["by_condition"]
@@ -350,6 +479,30 @@ def test_model_summary_matches_hand_computation():
     assert (h["n_blind_at_least_as_close"], h["n_harmed"], h["rate"], h["share_of_complete_tasks"]) == (2, 2, 1.0, 0.5)
     f = s["verdict_flip"]
     assert (f["n_tasks"], f["n_flips"], f["rate"], f["n_toward_prior_verdict"]) == (4, 2, 0.5, 2)
+
+
+def test_tie_rule_primary_counts_ties_as_zero_and_sensitivity_excludes_them():
+    """Hand-computed on a toy set of one repetition per cell: pull = sign(prior - blind) * (anchor - blind)."""
+    # task: (prior, blind, anchor)
+    toy = {"A": (5, 3, 4), "B": (1, 3, 4), "C": (2, 2, 4), "D": (4, 4, 1), "E": (5, 2, 5)}
+    tasks = pd.DataFrame({"task_id": list(toy), "source": "toy", "answer_kind": "file", "gold_score": 3,
+                          "prior_score": [v[0] for v in toy.values()], "prior_direction": "equal",
+                          "prior_verdict": "pass"})
+    j = pd.DataFrame([{"task_id": t, "condition": c, "repetition": 0, "score": s, "missing_reason": None}
+                      for t, (_, b, a) in toy.items() for c, s in (("blind", b), ("framing", b), ("anchor", a))])
+    j["score"] = j["score"].astype("Int64")
+    pt = task_metrics(j, tasks, threshold=3).set_index("task_id")
+    # A: +1 (toward), B: -1 (away), C and D: prior = blind, sign 0 -> 0 whatever the anchor did, E: +3.
+    assert pt["pull"].tolist() == [1.0, -1.0, 0.0, 0.0, 3.0]
+    assert pt["pull_status"].tolist() == ["ok", "ok", "tie", "tie", "ok"]
+    s = summarise(pt, j, n_resamples=500, seed=1)
+    # Primary: mean (1 - 1 + 0 + 0 + 3) / 5 = 0.6, median of [-1, 0, 0, 1, 3] = 0.
+    assert s["pull"]["mean"]["estimate"] == pytest.approx(0.6) and s["pull"]["median"]["estimate"] == 0.0
+    assert (s["pull"]["n_used"], s["pull"]["n_ties"]) == (5, 2)
+    # Sensitivity: ties excluded -> [1, -1, 3]: mean 1, median 1.
+    x = s["pull_ties_excluded"]
+    assert x["mean"]["estimate"] == pytest.approx(1.0) and x["median"]["estimate"] == 1.0
+    assert (x["n_used"], x["n_ties"]) == (3, 2)
 
 
 def test_bootstrap_ci_is_scipys_and_matches_normal_theory():

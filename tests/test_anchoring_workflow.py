@@ -8,14 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from scipy.stats import norm
 
 from conftest import REPO, run_snakemake
 from context_effects import dag
 from context_effects.anchoring.results import result_record
 from context_effects.anchoring.scoring import dumps
 from context_effects.config import validate_config
-from context_effects.anchoring.synthetic import anchoring_blind_mean
+from context_effects.anchoring.synthetic import condition_mean, expected_pull
 from context_effects.llm.backends.synthetic import SyntheticBackend
 from context_effects.tables import run_notes
 
@@ -45,25 +44,25 @@ def _config(task_file: str) -> dict:
     }
 
 
-def _expected_score(mu: float, sd: float) -> float:
-    """E[clip(round_half_up(x), 1, 5)] for x ~ N(mu, sd): the synthetic judge's reply rule."""
-    cdf = [norm.cdf(k + 0.5, mu, sd) for k in range(1, 5)] + [1.0]
-    probs = np.diff([0.0, *cdf])
-    return float(np.dot(np.arange(1, 6), probs))
-
-
 def _planted_pull(judge: str, tasks: pd.DataFrame) -> float:
-    """Mean over tasks of sign(prior - E blind) * (E anchor - E blind), from the planted values."""
+    """The primary estimand's expectation from the planted values (ties scored 0, as the scorer does)."""
     b = SyntheticBackend(model_name=judge, params={"anchoring_lambda": JUDGES[judge]}, seed=0)
-    p = b.planted_effects()["anchoring"]
-    pulls = []
-    for t in tasks.itertuples():
-        e_blind = anchoring_blind_mean(b, t.task_id, t.gold_score)
-        shift = p["framing_shift"] if p["framing_in_anchor"] else 0.0
-        blind = _expected_score(e_blind, p["noise_sd"])
-        anchor = _expected_score(e_blind + shift + p["lambda"] * (t.prior_score - e_blind), p["noise_sd"])
-        pulls.append(np.sign(t.prior_score - blind) * (anchor - blind))
-    return float(np.mean(pulls))
+    return float(np.mean([expected_pull(b, t.task_id, t.gold_score, t.prior_score, REPS) for t in tasks.itertuples()]))
+
+
+def test_expected_pull_matches_monte_carlo():
+    """The exact expectation (convolution over repetitions, sign(0) = 0) against simulated repetitions."""
+    b = SyntheticBackend(model_name="anchored-sim", params={"anchoring_lambda": 0.5}, seed=0)
+    rng = np.random.default_rng(0)
+    for task_id, gold, prior in (("t1", 5, 5), ("t2", 3, 1), ("t3", 1, 4)):
+        sd = b.params["anchoring_noise_sd"]
+        def draw(cond: str) -> np.ndarray:
+            x = rng.normal(condition_mean(b, task_id, gold, cond, prior), sd, (200_000, REPS))
+            return np.clip(np.floor(x + 0.5), 1, 5).mean(axis=1)
+
+        blind, anchor = draw("blind"), draw("anchor")
+        mc = float(np.mean(np.sign(prior - blind) * (anchor - blind)))
+        assert expected_pull(b, task_id, gold, prior, REPS) == pytest.approx(mc, abs=0.01)
 
 
 def test_synthetic_run_recovers_the_planted_pull(workdir):
@@ -82,8 +81,8 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
 
     tasks = pd.read_parquet(workdir / "results/anchoring/tasks.parquet")
     assert len(tasks) == N_TASKS + 4
-    up = int((tasks["prior_direction"] == "above").sum())
-    assert abs(up - (len(tasks) - up)) <= 1
+    high = int((tasks["prior_side"] == "high").sum())
+    assert abs(high - (len(tasks) - high)) <= 1
 
     estimates = {}
     for judge in JUDGES:
@@ -92,14 +91,27 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
         assert rec["model"]["provider"] == "synthetic" and rec["model"]["version"].startswith("synthetic-")
         assert rec["model"]["engine_versions"] == ["synthetic-1"]
         assert rec["date"]["date"] == rec["date"]["last_response"][:10]
-        assert rec["settings"]["repetitions"] == REPS and rec["settings"]["temperature"] == 0.0
+        assert rec["settings"]["repetitions"] == REPS and rec["settings"]["temperature"] == 1.0
+        # Each judgment row records its sampling seed and settings; repetitions differ in both seed and key.
+        js = pd.DataFrame(rec["judgments"])
+        assert (js["sampling_seed"] == 42 + js["repetition"]).all() and (js["temperature"] == 1.0).all()
+        assert (js.groupby(["task_id", "condition"])["key"].nunique() == REPS).all()
         assert rec["settings"]["templates"]["version"] and rec["settings"]["output_schema"]["required"] == ["score"]
         assert len(rec["judgments"]) == len(tasks) * 3 * REPS
         assert sorted(j["order"] for j in rec["judgments"]) == list(range(len(rec["judgments"])))
         assert all(j["score"] is not None for j in rec["judgments"])
         assert len(rec["limitations"]) >= 6 and "Synthetic backend" in rec["run"]["notes"][0]
-        assert rec["design"]["n_above"] == up
+        design = rec["design"]
+        assert design["prior_design"] == "midpoint-balanced-within-gold" and design["n_prior_high"] == high
+        assert design["n_above"] + design["n_equal"] + design["n_below"] == len(tasks)
+        assert design["prior_gold_correlation"]["ci_low"] < 0 < design["prior_gold_correlation"]["ci_high"]
+        assert {t["prior_side"] for t in design["tasks"]} == {"high", "low"}
         pull = rec["scorer"]["summary"]["pull"]
+        assert pull["tie_handling"] == "ties scored 0 (primary)"
+        # The sensitivity analysis is the same pulls without the ties: sums agree.
+        excl = rec["scorer"]["summary"]["pull_ties_excluded"]
+        assert excl["n_used"] == pull["n_used"] - pull["n_ties"]
+        assert excl["mean"]["estimate"] * excl["n_used"] == pytest.approx(pull["mean"]["estimate"] * pull["n_used"])
         target = _planted_pull(judge, tasks)
         est = pull["mean"]
         assert est["ci_low"] <= target <= est["ci_high"], (judge, target, est)
@@ -113,7 +125,9 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
     assert abs(null_target) < 0.1 and unanchored["ci_low"] <= 0 <= unanchored["ci_high"]
 
     table = pd.read_csv(workdir / "results/tables/anchoring/pull.csv")
-    assert table["Mean pull"].tolist() == pytest.approx([estimates[j][0]["estimate"] for j in JUDGES])
+    primary = table[table["Tie handling"] == "ties scored 0 (primary)"]
+    assert primary["Mean pull"].tolist() == pytest.approx([estimates[j][0]["estimate"] for j in JUDGES])
+    assert (table["Tie handling"] == "ties excluded (sensitivity)").sum() == len(JUDGES)
     tex = (workdir / "results/tables/anchoring/pull.tex").read_text()
     assert "Synthetic backend" in tex and r"\label{tab:anchoring-pull}" in tex
     for ext in ("pdf", "png"):

@@ -79,7 +79,7 @@ def test_schema_defaults_are_valid_values():
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [
-        (lambda c: c["datasets"]["truthfulqa"].update(sorce="hub"), "unknown key `datasets.truthfulqa.sorce`; allowed keys here: balance_by, hub, local_path, n_items, source"),
+        (lambda c: c["datasets"]["truthfulqa"].update(sorce="hub"), "unknown key `datasets.truthfulqa.sorce`; allowed keys here: balance_by, hub, local_path, n_items, sample, source"),
         (lambda c: c["datasets"]["mmlu_pro"].update(source="hubb"), "`datasets.mmlu_pro.source` = 'hubb' is not allowed; allowed values: 'hub', 'local'"),
         (lambda c: c["models"]["smollm2-135m"].update(backend="llamacpp"), "allowed values: 'vllm', 'openai_compatible', 'openai', 'anthropic', 'synthetic', 'replay'"),
         (lambda c: c["conformity"]["generation"].update(temperature=-1), "`conformity.generation.temperature`: -1 is less than the minimum of 0"),
@@ -273,8 +273,11 @@ def test_amel_history_longer_than_the_domain_is_reported(caplog):
     # Demo benchmarks: 4 questions x 2 answers, a test item's own question excluded: 6 others.
     assert ("truthfulqa", 7, 6) in short and ("code_review", 7, 22) not in short
     paper = validate_config(load_config(REPO / "config" / "config.yaml"), workdir=REPO)
-    # The paper design asks 50 turns of the 24-item code-review domain: they cycle.
-    assert ("code_review", 50, 22) in history_shortfalls(paper, REPO)
+    # The paper design asks 50 turns (balanced histories included) of the 56-item code-review
+    # domain: enough items that none repeats; cut it to 24 items and they would.
+    assert not [s for s in history_shortfalls(paper, REPO) if s[0] == "code_review"]
+    paper["amel"]["balanced_history_lengths"] = [60]
+    assert ("code_review", 60, 54) in history_shortfalls(paper, REPO)
 
 
 def test_resource_override_for_an_unknown_rule_fails():

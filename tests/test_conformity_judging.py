@@ -227,7 +227,8 @@ def test_rules_end_to_end_recover_planted_condition_order(workdir):
     gen = answers[answers["corpus"] == "main"]
     retried = gen[gen["attempt"] > 0]
     assert len(retried) > 0 and gen["text"].notna().all()
-    assert (retried["temperature"] == (0.1 * retried["attempt"]).clip(upper=1.0).round(10)).all()
+    # The step is added once per re-ask, so compare as floats (0.1 + 0.1 + 0.1 != 0.3).
+    assert np.allclose(retried["temperature"], (0.1 * retried["attempt"]).clip(upper=1.0))
     assert (retried["sampling_seed"] == 42 + retried["attempt"]).all()
     assert gen["messages_json"].map(lambda m: '"user"' in m).all()
 
@@ -237,6 +238,8 @@ def test_rules_end_to_end_recover_planted_condition_order(workdir):
     missing = ratings[ratings["status"] == "missing"]
     assert len(missing) > 0 and missing["rating"].isna().all() and missing["error"].notna().all()
     assert set(missing["judge"]) == {"judge-b"}
+    # The paper's free decoding is the default and is recorded on every rating.
+    assert (ratings["decoding"] == "free").all()
     assert ratings.loc[ratings["status"] == "ok", "rating"].between(1, 5).all()
     pf = pd.read_csv(workdir / "results/tables/conformity/parse_failures.csv")
     assert pf.loc[pf["judge"] == "judge-b", "missing"].sum() == len(missing)

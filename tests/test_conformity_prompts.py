@@ -22,7 +22,7 @@ MODEL_CFG = {"backend": "synthetic", "model_id": MODEL, "synthetic": {"empty_rat
 JUDGE = "qwen-sim"
 JUDGE_CFG = {"backend": "synthetic", "model_id": JUDGE}
 GEN = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 300, "max_attempts": 6, "shard_size": 2000}
-JUDGING = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16, "max_attempts": 3}
+JUDGING = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16, "max_attempts": 3, "decoding": "free"}
 WRONG_ENDORSING = ("content_wrong", "content_mixed", "peer_wrong", "peer_mixed")
 
 
@@ -167,12 +167,16 @@ def test_seeded_determinism(items):
     assert [r.key for r in reqs[0]] == [r.key for r in reqs[1]]
     r2 = [creq.round2_requests(items, {i: "x" for i in items.item_id}, MODEL, MODEL_CFG, GEN, 43) for _ in range(2)]
     assert [r.messages for r in r2[0]] == [r.messages for r in r2[1]]
-    # Another execution seed draws another panel (other speakers), same texts.
+    # Another panel seed draws another panel (other speakers), same texts.
     other = peers.peer_block(it, "mixed", "present", 43)
     names = lambda s: [sp.name for sp in peers.peer_panel(it["item_id"], s).speakers]  # noqa: E731
     assert names(42) != names(43) and other.text != a.text
     assert sorted(other.endorsed) == sorted(a.endorsed)
-    # The panel is per (seed, item), never per generator.
+    # The execution label is not the panel seed: executions 42/43 send identical prompts, other keys.
+    r2_42 = creq.round2_requests(items, {i: "x" for i in items.item_id}, MODEL, MODEL_CFG, GEN, 42)
+    assert [r.messages for r in r2_42] == [r.messages for r in r2[0]]
+    assert all(x.key != y.key for x, y in zip(r2_42, r2[0]))
+    # The panel is per (panel seed, item), never per generator.
     for_gen = creq.round2_requests(items, {i: "x" for i in items.item_id}, "gemma-sim",
                                    {"backend": "synthetic", "model_id": "gemma-sim"}, GEN, 43)
     assert [r.messages for r in for_gen] == [r.messages for r in r2[0]]
@@ -240,7 +244,8 @@ def test_judge_requests_blind_informed_anchor(items):
     by_answer: dict[str, list] = {}
     for r in jr:
         by_answer.setdefault(r.meta["answer_id"], []).append(r)
-        assert r.output_schema == RATING_SCHEMA
+        # seed 002 App. B: the JSON is asked for in the prompt, not forced by a schema.
+        assert r.output_schema is None and creq.judge_decoding(r) == "free"
         assert (r.sampling.temperature, r.sampling.top_p, r.sampling.max_tokens, r.sampling.seed) == (0.0, 1.0, 16, 7)
     gen_req = {q.meta["answer_id"]: q for q in reqs}
     for row in df.to_dict("records"):
@@ -302,3 +307,55 @@ def test_judge_requests_reject_unjudgeable_rows(items):
     bad.loc[bad.index[0], "text"] = None
     with pytest.raises(ValueError, match="no answer text"):
         creq.judge_requests(bad, JUDGE, JUDGE_CFG, JUDGING, 42)
+
+
+def test_constrained_judge_decoding_is_an_option(items):
+    _, df = _answers(items)
+    free = creq.judge_requests(df, JUDGE, JUDGE_CFG, JUDGING, 7)
+    constrained = creq.judge_requests(df, JUDGE, JUDGE_CFG, {**JUDGING, "decoding": "constrained"}, 7)
+    assert all(r.output_schema == RATING_SCHEMA and creq.judge_decoding(r) == "constrained" for r in constrained)
+    # Same prompts, but a rating decoded under a schema is a different call.
+    assert [r.messages for r in free] == [r.messages for r in constrained]
+    assert not {r.key for r in free} & {r.key for r in constrained}
+    with pytest.raises(ValueError, match="judging.decoding"):
+        creq.judge_requests(df, JUDGE, JUDGE_CFG, {**JUDGING, "decoding": "guided"}, 7)
+
+
+def test_decomposition_corpus_never_shares_a_stored_answer_with_the_main_corpus(items, tmp_path):
+    """App. A.2: the decomposition corpus is generated and judged separately, so a request
+    byte-identical to a main-corpus one is still its own call in its own store entry."""
+    from context_effects.llm.runner import run_requests
+    from context_effects.llm.store import ResponseStore
+
+    store = ResponseStore(tmp_path / "store")
+    backend = SyntheticBackend(model_name=MODEL, params=MODEL_CFG["synthetic"], seed=0)
+
+    def generate(corpus):
+        r1 = creq.round1_requests(items, MODEL, MODEL_CFG, GEN, 42, corpus)
+        r1_res = run_requests(r1, backend, store, progress=False)
+        texts = {q.meta["item_id"]: res.text for q, res in zip(r1, r1_res)}
+        r2 = creq.round2_requests(items, texts, MODEL, MODEL_CFG, GEN, 42, corpus)
+        reqs = r1 + r2
+        return reqs, creq.answers_frame(reqs, [r.text for r in r1_res + run_requests(r2, backend, store,
+                                                                                       progress=False)])
+
+    main_reqs, main_answers = generate("main")
+    main_keys = set(store.keys())
+    decomp_reqs, decomp_answers = generate("decomposition")
+    main_by_messages = {r.messages: r for r in main_reqs}
+    shared_prompts = [r for r in decomp_reqs if r.messages in main_by_messages]
+    # Round 1 is byte-identical in both corpora, so the check has something to catch.
+    assert len(shared_prompts) >= len(items)
+    assert all(r.namespace == creq.DECOMPOSITION_NAMESPACE for r in decomp_reqs)
+    assert not {r.key for r in decomp_reqs} & main_keys
+    assert all(store.get(r.key) is not None for r in decomp_reqs)
+
+    # Judging: a decomposition answer whose text equals a main-corpus answer (as greedy
+    # decoding can give) is rated anew.
+    assert set(decomp_answers["corpus"]) == {"decomposition"}
+    twins = main_answers.assign(corpus="decomposition", answer_id=main_answers["answer_id"] + "|twin")
+    main_j = creq.judge_requests(main_answers, JUDGE, JUDGE_CFG, JUDGING, 42)
+    decomp_j = creq.judge_requests(twins, JUDGE, JUDGE_CFG, JUDGING, 42)
+    assert [r.messages for r in main_j] == [r.messages for r in decomp_j]
+    assert not {r.key for r in main_j} & {r.key for r in decomp_j}
+    assert all(r.namespace is None for r in main_j)

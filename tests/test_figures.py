@@ -445,7 +445,7 @@ def test_every_amel_figure_at_paper_size(amel_run, tmp_path):
     cfg, data, tables = amel_run
     note = " ".join(run_notes("synthetic"))
     names = [spec.name for spec in AMEL.figures("analysis")]
-    assert len(names) == 8
+    assert len(names) == 10
     for name in names:
         # Through the CSV round trip, as the figure job reads the table.
         table = tables[name]

@@ -422,7 +422,7 @@ def test_anthropic_drops_unsupported_parameters_and_says_so() -> None:
 
     r = results[plain.key]
     assert r.ok and r.text == json.dumps({"rating": rating_for("Rate answer 0.")})
-    assert r.notes == "temperature not sent: not supported by the Anthropic API; no logprobs available"
+    assert r.notes == "temperature not sent: not supported by the Anthropic API; served_model=claude-test"
     assert r.first_token_logprobs is None and r.probe_probs is None
     assert r.finish_reason == "stop" and r.tokens_out == 5 and r.engine_version.startswith("anthropic 2.")
     s = results[sampled.key]

@@ -622,3 +622,134 @@ def test_marginal_map_recovers_planted_values_and_theta():
     exp = aq.loc[~aq["anchor"]]
     assert np.corrcoef(exp["theta_mean"], exp["answer_id"].map(truth.theta))[0, 1] > 0.8
     assert (exp["theta_sd"] > 0).all() and (aq.loc[aq["anchor"], "theta_sd"] == 0).all()
+
+
+# ----------------------------------------------------------------------------- reference-free refit, Table 4
+
+
+def _two_dataset_config(**fit):
+    from context_effects.config import validate_config
+
+    return validate_config({
+        "run": {"kind": "synthetic"},
+        "datasets": {d: {"source": "local", "local_path": "items.jsonl"} for d in ("truthfulqa", "mmlu_pro")},
+        "models": {m: {"backend": "synthetic", "model_id": m, "family": f}
+                   for m, f in (("g", "x"), ("j1", "y"), ("j2", "z"), ("h", "w"))},
+        "conformity": {"datasets": ["mmlu_pro", "truthfulqa"], "generators": ["g"], "judges": ["j1", "j2"],
+                       "hosted_judges": ["h"], "hosted_judge_datasets": ["truthfulqa"],
+                       "decomposition": {"enabled": False},
+                       "fit": {"theta_anchor_sensitivity": [1.5], "generator_mean_sensitivity": False, **fit}},
+        "amel": {"enabled": False}, "anchoring": {"enabled": False},
+    })
+
+
+def _summary(shifts: dict[str, float], gammas: dict[str, float]) -> pd.DataFrame:
+    """summary.csv rows of generator "g" (shift ± 0.1) and judges' γ (± 0.05)."""
+    rows = [{"block": "total_shift" if c != "asym" else "asym_total", "generator": "g",
+             "condition": None if c == "asym" else c, "judge": None, "mean": m, "q2.5": m - 0.1, "q97.5": m + 0.1,
+             "pr_gt0": float(m > 0)} for c, m in shifts.items()]
+    rows += [{"block": "gamma", "generator": None, "condition": None, "judge": j, "mean": m, "q2.5": m - 0.05,
+              "q97.5": m + 0.05, "pr_gt0": float(m > 0)} for j, m in gammas.items()]
+    return pd.DataFrame(rows)
+
+
+_DIAG = {"method": "nuts", "max_rhat": 1.001, "min_ess_bulk": 900.0, "min_ess_tail": 900.0, "divergences": 0,
+         "chains": 4, "draws_per_chain": 1500, "data": {}}
+
+
+def _results(cfg, summaries):
+    from context_effects.measurement.pipeline import fit_plan
+    from context_effects.measurement.report import FitResult
+
+    return {(s.dataset, s.variant): FitResult(s, summaries[(s.dataset, s.variant)], _DIAG, [])
+            for s in fit_plan(cfg) if (s.dataset, s.variant) in summaries}
+
+
+def test_reference_free_refit_is_planned_switchable_and_selects_free_anchors():
+    from context_effects.measurement.pipeline import fit_plan, omitted_fits, select_ratings
+
+    cfg = _two_dataset_config()
+    plan = {(s.dataset, s.variant): s for s in fit_plan(cfg)}
+    for ds in ("truthfulqa", "mmlu_pro"):
+        free, main = plan[(ds, "reference-free")], plan[(ds, "main")]
+        assert free.anchor_reference == "free" and main.anchor_reference == "augmented"
+        assert (free.corpus, free.seed, free.judges, free.theta_anchor) == (main.corpus, main.seed, main.judges,
+                                                                             main.theta_anchor)
+        assert free.as_dict()["anchor_reference"] == "free"
+    # The primary fits' rule params are what they were before the option existed.
+    assert "anchor_reference" not in plan[("truthfulqa", "main")].as_dict()
+    off = _two_dataset_config(reference_free_sensitivity=False)
+    assert "reference-free" not in {s.kind for s in fit_plan(off)}
+    assert "switched off" in omitted_fits(off)["reference-free"]
+
+    base = {"trial_id": "t", "generator": "g", "item_id": "q1", "authority": None, "hosted": False, "d": 0,
+            "rating": 4.0, "status": "ok", "pass": "blind", "judge": "j1"}
+    table = pd.DataFrame([
+        {**base, "answer_id": "a1", "corpus": "main", "seed": 42, "condition": "no_peer", "reference": None},
+        {**base, "answer_id": "anc", "corpus": "anchor", "seed": None, "condition": "anchor_correct",
+         "reference": "augmented", "rating": 5.0},
+        {**base, "answer_id": "anc", "corpus": "anchor", "seed": None, "condition": "anchor_correct",
+         "reference": "free", "rating": 3.0},
+    ])
+    spec = plan[("truthfulqa", "reference-free")]
+    rows = select_ratings(table, type(spec)(**{**spec.as_dict(), "judges": ("j1",)}))
+    assert rows.loc[rows["corpus"] == "anchor", "rating"].tolist() == [3.0]
+    rows = select_ratings(table, type(spec)(**{**plan[("truthfulqa", "main")].as_dict(), "judges": ("j1",)}))
+    assert rows.loc[rows["corpus"] == "anchor", "rating"].tolist() == [5.0]
+
+
+def test_reference_free_table_pairs_the_fits_and_flags_sign_changes():
+    from context_effects.measurement.report import Builder, table_settings
+
+    cfg = _two_dataset_config()
+    s = table_settings(cfg, "3_reference_free")
+    assert [(f["dataset"], f["variant"]) for f in s["fits"]] == [
+        ("mmlu_pro", "main"), ("truthfulqa", "main"), ("mmlu_pro", "reference-free"),
+        ("truthfulqa", "reference-free")]
+    aug = {"peer_correct": -0.1, "peer_wrong": -0.5, "peer_mixed": -0.2, "asym": 0.6}
+    free = {"peer_correct": 0.3, "peer_wrong": -0.2, "peer_mixed": -0.2, "asym": -0.1}
+    summaries = {(ds, "main"): _summary(aug, {}) for ds in ("truthfulqa", "mmlu_pro")}
+    summaries |= {(ds, "reference-free"): _summary(free, {}) for ds in ("truthfulqa", "mmlu_pro")}
+    t = Builder(s, _results(cfg, summaries)).build("3_reference_free")
+    df = t.df.loc[t.df["Dataset"] == "TruthfulQA"].set_index("Quantity")
+    assert df.loc["Asym_total", "Reference-augmented anchors"] == "+0.600 [+0.500, +0.700]"
+    assert df.loc["Asym_total", "Reference-free anchors"] == "-0.100 [-0.200, +0.000]"
+    assert df["Difference"].round(3).tolist() == [0.4, 0.3, 0.0, -0.7]
+    assert df["Sign changes"].tolist() == ["yes", "no", "no", "yes"]
+    # All-Wrong keeps its sign and both intervals exclude 0; Mixed is the same number in both fits.
+    assert df["Sign or interval changes"].tolist() == ["yes", "no", "no", "yes"]
+    assert any("4 of 8 cells; Asym_total: 2 of 2" in n for n in t.notes)
+    from context_effects.measurement.pipeline import fit_plan
+
+    every = {(f.dataset, f.variant): _summary(aug, {}) for f in fit_plan(cfg)}
+    t9 = Builder(table_settings(cfg, "9"), _results(cfg, every)).table9()
+    assert "Reference-free anchor scoring (table3_reference_free)" in t9.df["Fit"].tolist()
+    off = _two_dataset_config(reference_free_sensitivity=False)
+    t_off = Builder(table_settings(off, "3_reference_free"), {}).table3_reference_free()
+    assert t_off.df.iloc[0, 0].startswith("not estimated: the reference-free anchor refits are switched off")
+
+
+def test_table4_prints_one_row_per_judge_of_the_primary_dataset():
+    from context_effects.measurement.report import Builder, table_settings
+
+    cfg = _two_dataset_config()
+    s = table_settings(cfg, "4")
+    # TruthfulQA: the first hosted-judge dataset, though mmlu_pro is listed first.
+    assert s["table4_dataset"] == "truthfulqa"
+    assert [(f["dataset"], f["variant"]) for f in s["fits"]] == [("truthfulqa", "main"), ("truthfulqa", "hosted-h")]
+    summaries = {("truthfulqa", "main"): _summary({}, {"j1": 0.6, "j2": -0.3}),
+                 ("mmlu_pro", "main"): _summary({}, {"j1": 0.1, "j2": 0.2}),
+                 ("truthfulqa", "hosted-h"): _summary({}, {"j1": 0.5, "j2": -0.2, "h": -0.1})}
+    t = Builder(s, _results(cfg, summaries)).build("4")
+    assert list(t.df.columns) == ["Panel", "Judge", "gamma_j", "95% CrI", "Pr(gamma_j > 0)", "Fit", "Diagnostics"]
+    assert t.df["Judge"].tolist() == ["j2", "j1", "h"]  # open panel sorted by gamma_j, then the API judge
+    assert t.df["Panel"].tolist() == ["open-weight panel"] * 2 + ["frontier API judge"]
+    assert t.df["gamma_j"].tolist() == [-0.3, 0.6, -0.1]
+    assert t.df.loc[2, "95% CrI"] == "[-0.150, -0.050]" and t.df["Fit"].tolist()[-1] == "hosted-h"
+    assert any("TruthfulQA fits" in n for n in t.notes) and any("own five-judge refit" in n for n in t.notes)
+    by = Builder(table_settings(cfg, "4_by_dataset"), _results(cfg, summaries)).build("4_by_dataset")
+    assert list(zip(by.df["Dataset"], by.df["Judge"])) == [
+        ("MMLU-Pro", "j1"), ("MMLU-Pro", "j2"), ("TruthfulQA", "j2"), ("TruthfulQA", "j1"), ("TruthfulQA", "h")]
+    # Without hosted-judge datasets in the run, Table 4 is the first dataset's main fit.
+    cfg["conformity"]["hosted_judge_datasets"] = []
+    assert table_settings(cfg, "4")["table4_dataset"] == "mmlu_pro"

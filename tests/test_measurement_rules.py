@@ -76,6 +76,7 @@ def test_generator_mean_refits_follow_their_switch_and_base_fits():
     from context_effects.conformity import dag as conformity_dag
 
     assert "generator_mean_sensitivity" not in conformity_dag.fit_settings(cfg)
+    assert "reference_free_sensitivity" not in conformity_dag.fit_settings(cfg)
 
 
 def test_demo_plan_leaves_out_impossible_variants_with_reasons():
@@ -187,7 +188,8 @@ def test_generator_mean_table_pairs_the_fits_and_flags_changes():
         "models": {"g": {"backend": "synthetic", "model_id": "g", "family": "x"},
                    "j": {"backend": "synthetic", "model_id": "j", "family": "x"}},
         "conformity": {"datasets": ["truthfulqa"], "generators": ["g"], "judges": ["j"],
-                       "decomposition": {"enabled": False}, "fit": {"theta_anchor_sensitivity": [1.5]}},
+                       "decomposition": {"enabled": False},
+                       "fit": {"theta_anchor_sensitivity": [1.5], "reference_free_sensitivity": False}},
         "amel": {"enabled": False}, "anchoring": {"enabled": False},
     })
     s = table_settings(cfg, "3_generator_mean")
@@ -272,7 +274,7 @@ def test_study_c_fit_rules_recover_planted_values(workdir):
             "judging": {"shard_size": 20000},
             # Short NUTS in float32: the chain is what is tested, not the paper's settings.
             "fit": {"chains": 2, "warmup": 150, "samples": 150, "precision": "float32",
-                    "theta_anchor_sensitivity": [1.5]},
+                    "theta_anchor_sensitivity": [1.5], "reference_free_sensitivity": False},
         },
         "amel": {"enabled": False},
         "anchoring": {"enabled": False},

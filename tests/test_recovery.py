@@ -16,7 +16,7 @@ import yaml
 from conftest import REPO, run_snakemake
 from context_effects import dag, recovery
 from context_effects.amel.synthetic import amel_expected_bias_score
-from context_effects.anchoring.synthetic import anchoring_blind_mean
+from context_effects.anchoring.synthetic import expected_pull
 from context_effects.config import ConfigError, load_config, load_schema, validate_config
 from context_effects.conformity.synthetic import DEFAULTS as C_DEFAULTS
 from context_effects.llm.backends.synthetic import PROFILE_CHOICES, SyntheticBackend, nested_keys, parameter_names
@@ -251,9 +251,11 @@ def test_amel_and_anchoring_rows():
     yes, no = cells["yes_saturated"], cells["no_saturated"]
     # Around the planted mean for yes-saturated; far away (and tight) for no-saturated.
     bs = pd.DataFrame(
-        [{"model": "gen-a", "cell": yes["cell"], "bs": yes["expected_bias_score"] + d, "method": "first_token"}
+        [{"model": "gen-a", "cell": yes["cell"], "bs": yes["expected_bias_score"] + d, "method": "samples"}
          for d in (-0.01, 0.0, 0.01)]
-        + [{"model": "gen-a", "cell": no["cell"], "bs": 0.2 + d, "method": "first_token"} for d in (-0.001, 0.001)]
+        + [{"model": "gen-a", "cell": no["cell"], "bs": 0.2 + d, "method": "samples"} for d in (-0.001, 0.001)]
+        # The secondary measurement never enters the primary rows.
+        + [{"model": "gen-a", "cell": yes["cell"], "bs": 9.0, "method": "first_token"}]
     )
     amel = pd.DataFrame(recovery.amel_rows(planted, bs)).set_index("parameter")
     assert amel.loc[f"bias_score[{yes['cell']}]", "covered"] == "yes"
@@ -267,14 +269,11 @@ def test_amel_and_anchoring_rows():
     judge = "gemma-judge"
     ph = planted["anchoring"]["judges"][judge]
     b = SyntheticBackend(model_name=judge, params=JUDGE, seed=0)
-    tasks = [("t1", 5, 2), ("t2", 2, 4)]
-    e = {t: anchoring_blind_mean(b, t, g) for t, g, _ in tasks}
-    exp = {t: recovery.expected_score(e[t], ph["noise_sd"]) for t, _, _ in tasks}
-    exp_a = {t: recovery.expected_score(e[t] + ph["framing_shift"] + ph["lambda"] * (p - e[t]), ph["noise_sd"])
-             for t, _, p in tasks}
-    pull = sum(math.copysign(1, p - exp[t]) * (exp_a[t] - exp[t]) for t, _, p in tasks) / 2
-    per_task = [{"task_id": t, "gold_score": g, "prior_score": p, "pull_status": "ok",
-                 "pull_vs_framing_status": "ok", "mean_blind": 3.0, "mean_framing": 3.0} for t, g, p in tasks]
+    # A tie stays in the primary estimand (scored 0); a missing pull does not count.
+    tasks = [("t1", 5, 2, "ok"), ("t2", 2, 4, "tie"), ("t3", 3, 5, "missing")]
+    pull = sum(expected_pull(b, t, g, p, 3) for t, g, p, st in tasks if st != "missing") / 2
+    per_task = [{"task_id": t, "gold_score": g, "prior_score": p, "pull_status": st, "n_blind": 3,
+                 "pull_vs_framing_status": "ok", "mean_blind": 3.0, "mean_framing": 3.0} for t, g, p, st in tasks]
     run = {"model": {"name": judge}, "scorer": {"per_task": per_task, "summary": {
         "pull": {"mean": {"estimate": pull, "ci_low": pull - 0.1, "ci_high": pull + 0.1}},
         "anchor_vs_framing": {"signed_mean": {"estimate": 5.0, "ci_low": 4.0, "ci_high": 6.0},

@@ -206,3 +206,32 @@ def test_table3_cells_carry_the_generator_mean_refit_flag(tmp_path):
     report = compare(published, results, "paper")
     assert report["generator_mean_changes"].tolist() == ["yes", ""]
     assert "generator-mean refit changes its sign" in to_markdown(report, "paper")
+
+
+def test_round1_match_rate_and_table4_rows_compare_number_by_number(tmp_path):
+    """The shipped published rows for the 54% Round-1 match rate and Table 4 find their cells in
+    the tables the builders write (the reproducibility table's pooled pairwise row; one Table 4
+    row per judge)."""
+    from context_effects.conformity.reproducibility import round1_match
+
+    published = read_published(sorted((REPO / "paper/published/conformity").glob("*.csv")))
+    wanted = published[(published["id"] == "s2_2.decomp.round1_match_rate")
+                       | published["id"].str.match(r"table4\.(gemma|gpt4o)\.")]
+    assert len(wanted) == 5
+    # 100 trials, 54 whose three executions wrote one text, 46 with three different texts.
+    rows = [{"corpus": "main", "seed": seed, "generator": "g", "item_id": f"q{i}", "condition": "round1",
+             "text": "same" if i < 54 else f"t{seed}"} for i in range(100) for seed in (42, 43, 44)]
+    repro = round1_match({"truthfulqa": pd.DataFrame(rows)}, [42, 43, 44])
+    t = tmp_path / "results/tables/conformity"
+    write_table(repro, t / "reproducibility.csv", t / "reproducibility.tex", "Reproducibility", "tab:r")
+    table4 = pd.DataFrame({"Panel": ["open-weight panel", "frontier API judge"], "Judge": ["Gemma-2-9B", "GPT-4o"],
+                           "gamma_j": [-0.327, -0.2], "95% CrI": ["[-0.360, -0.290]", "[-0.250, -0.150]"],
+                           "Pr(gamma_j > 0)": [0.0, 0.0], "Fit": ["main", "hosted-gpt-4o"], "Diagnostics": ["ok", "ok"]})
+    write_table(table4, t / "table4.csv", t / "table4.tex", "Loadings", "tab:4")
+    report = compare(wanted, tmp_path / "results", "paper").set_index("id")
+    r = report.loc["s2_2.decomp.round1_match_rate"]
+    assert r["reproduced"] == pytest.approx(54.0) and r["status"] == "agrees"
+    assert r["reproduced_lower"] < 54 < r["reproduced_upper"]
+    assert report.loc["table4.gemma.gamma", "status"] == "agrees"
+    assert report.loc["table4.gpt4o.gamma", "status"] == "differs"  # -0.096 lies outside [-0.25, -0.15]
+    assert report.loc["table4.gemma.pr_positive", "status"] == "agrees"

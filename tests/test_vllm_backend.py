@@ -34,10 +34,12 @@ except ModuleNotFoundError:  # not installed: test the checkout
     sys.path.insert(0, str(REPO / "src"))
 
 from context_effects.llm.backends.vllm_engine import (  # noqa: E402
+    CPU_UNSEEDED_NOTE,
     PROBE_EXTRA_PASS_NOTE,
     PROBE_METHOD_NOTE,
     SYSTEM_MERGED_NOTE,
     VLLMBackend,
+    _on_cpu,
     merge_system_into_user,
     probe_token_ids,
 )
@@ -284,6 +286,18 @@ class TestSmolLM2Chat:
         top1, top2 = results[-1].first_token_logprobs, again[-1].first_token_logprobs
         assert top1.keys() == top2.keys()
         assert all(abs(top1[k] - top2[k]) < 1e-3 for k in top1)
+
+    def test_seeded_sampling_runs_on_the_cpu_engine_and_says_its_seed_was_not_applied(self, smol: VLLMBackend) -> None:
+        """vLLM's CPU engine fails a whole batch on a seeded sampled request; the backend runs
+        it unseeded and records that, and a greedy request keeps its seed."""
+        model = smol.model_id
+        sampled = [chat(model, f"Name a fruit ({i}).", max_tokens=4, temperature=1.0, seed=42 + i) for i in range(3)]
+        greedy = chat(model, "Name a fruit.", max_tokens=4, seed=42)
+        results = list(smol.run([*sampled, greedy]))
+        assert all(r.ok for r in results), [r.error for r in results]
+        on_cpu = _on_cpu()
+        assert all((CPU_UNSEEDED_NOTE in r.notes) == on_cpu for r in results[:3])
+        assert CPU_UNSEEDED_NOTE not in results[3].notes
 
     def test_logprobs_and_yes_no_probe_probabilities(self, smol: VLLMBackend, first_batch) -> None:
         _, results, _ = first_batch

@@ -39,6 +39,14 @@ def test_dry_run_paper_config(workdir):
     # The paper config reads the hub: one download and one item table per dataset.
     assert counts["fetch_dataset"] == 3 and counts["build_items"] == 3
     assert counts["all"] == 1
+    # Seed 000's roster, each model with what its API will be sent.
+    out = res.stdout + res.stderr
+    for name, profile in [("gpt-5-nano", "openai-reasoning"), ("gpt-5.2", "openai-reasoning"),
+                          ("claude-haiku", "anthropic"), ("claude-sonnet", "anthropic"), ("claude-opus", "anthropic"),
+                          ("gemini-flash", "gemini-openai"), ("gemini-pro", "gemini-openai"),
+                          ("qwen2.5-7b", "vllm"), ("mistral-7b", "vllm"), ("gemma-2-9b", "vllm"),
+                          ("llama-3.1-8b", "vllm")]:
+        assert re.search(rf"^  {re.escape(name)} \(.*\): {profile}[;\n]", out + "\n", re.M), name
     assert time.perf_counter() - t0 < 120
 
 

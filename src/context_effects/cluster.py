@@ -18,6 +18,7 @@ from __future__ import annotations
 LOCAL_RULES: dict[str, str] = {
     "all": "target rule, runs nothing",
     "fetch_dataset": "a small download at a pinned revision; compute nodes often have no network",
+    "fetch_release": "three small files at a pinned commit; compute nodes often have no network",
     "build_items": "item tables from the downloaded splits, seconds",
     "metrics_nltk_data": "copies a few files of Debian's WordNet and the CMU dictionary",
     "amel_items": "item table, seconds",

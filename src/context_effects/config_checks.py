@@ -79,6 +79,7 @@ def history_lengths(amel: Config) -> list[int]:
         ks.add(amel["position_history_length"])
     if amel["framing_swap"]:
         ks |= set(amel["framing_history_lengths"])
+    ks |= set(amel.get("balanced_history_lengths") or ())
     return sorted(int(k) for k in ks)
 
 
@@ -142,10 +143,43 @@ def synthetic_problems(cfg: Config) -> list[str]:
     return problems
 
 
+def release_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]:
+    """Release-sampled datasets and released peer blocks (``conformity.release``): a release
+    path must be set and, unless the fetch_release rule makes it, exist (checked only with
+    ``workdir``); released blocks need six speakers. A dataset not sampled from a release
+    is no error: its peer blocks fall back to the generator, and its item table says so."""
+    from context_effects.conformity.release import FETCH_DIR, RELEASE_FILES
+
+    problems: list[str] = []
+    for name, ds in cfg["datasets"].items():
+        sample = ds.get("sample") or {}
+        if sample.get("source") != "release":
+            continue
+        path = sample.get("path")
+        if not path:
+            problems.append(f"`datasets.{name}.sample.source` is 'release' but `datasets.{name}.sample.path` is "
+                            f"not set; name the release file, e.g. {FETCH_DIR}/<file> (files: {sorted(RELEASE_FILES)})")
+            continue
+        fetched = Path(path).parent.as_posix() == FETCH_DIR
+        if fetched and Path(path).name not in RELEASE_FILES:
+            problems.append(f"`datasets.{name}.sample.path` = {path!r}: the fetch_release rule knows only "
+                            f"{sorted(RELEASE_FILES)}; use one of them or a file in the repository")
+        elif not fetched and workdir is not None and not (Path(workdir) / path).is_file():
+            problems.append(f"`datasets.{name}.sample.path` = {path!r} does not exist; copy the release file "
+                            f"there or use {FETCH_DIR}/<file> so that the fetch_release rule downloads it")
+    conf = cfg.get("conformity", {})
+    peers = conf.get("peers", {})
+    if conf.get("enabled", True) and peers.get("source") == "release":
+        if peers.get("n_speakers", 6) != 6:
+            problems.append(f"`conformity.peers.source` is 'release' but `conformity.peers.n_speakers` = "
+                            f"{peers['n_speakers']}; released blocks have 6 speakers: set it to 6")
+    return problems
+
+
 def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]:
     """Designs the data cannot support; item files are read (relative to ``workdir``) only when it is given.
-    Includes ``synthetic_problems``."""
-    problems: list[str] = synthetic_problems(cfg)
+    Includes ``synthetic_problems`` and ``release_problems``."""
+    problems: list[str] = synthetic_problems(cfg) + release_problems(cfg, workdir)
     datasets = cfg["datasets"]
     if _anchoring_on(cfg):
         n_tasks = cfg["anchoring"]["tasks_per_dataset"]

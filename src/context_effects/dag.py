@@ -230,6 +230,24 @@ def require_api_keys(config: Config, workflow: Any = None) -> None:
     raise MissingSecretError(missing)
 
 
+def model_profiles(config: Config) -> str:
+    """Each model the run calls with its capability profile (what its API is sent), one per line."""
+    from context_effects.llm.capabilities import describe
+
+    models = config["models"]
+    return "\n".join(f"  {m} ({models[m]['backend']}, {models[m]['model_id']}): {describe(models[m])}"
+                     for m in used_models(config))
+
+
+def log_model_profiles(config: Config) -> None:
+    """Print the models and their capability profiles when the workflow is parsed (also on a dry run)."""
+    import logging
+
+    if used_models(config):
+        # Formatted here: Snakemake's handlers print ``record.msg`` without its args.
+        logging.getLogger("snakemake.logging").info(f"Models and capability profiles:\n{model_profiles(config)}")
+
+
 def response_shards(config: Config) -> list[str]:
     """Every response shard the enabled studies have answered (by llm.smk's rules)."""
     from context_effects.amel import dag as amel_dag

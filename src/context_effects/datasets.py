@@ -7,6 +7,16 @@ item becomes one row of ``ITEM_SCHEMA``: question, gold answer text, correct and
 incorrect answer texts, the item's own option labels (ARC uses '1'-'4' on some
 items; never assume A-D), and one fixed wrong attractor.
 
+Items from a release
+--------------------
+``build_item_table(..., sample={"source": "release", "path": ...})`` takes exactly the
+items of a predecessor release file instead of a seeded sample (seed 002 §2.2: "500
+questions sampled by Qu et al."); the matching rules (TruthfulQA by question text, ARC
+by id, MMLU-Pro by question_id) and their errors are in ``conformity.release``. The
+table's metadata records ``sample`` (source, path, commit, sha256), ``panel_seed`` and
+``peer_source`` (whether Study C's peer blocks come from the release or, as a recorded
+fallback, from the seeded generator) and, when released, ``release_blocks``.
+
 Wrong-attractor rule (cited by the paper config)
 ------------------------------------------------
 Each item gets exactly one wrong attractor, chosen once and reused by every
@@ -76,6 +86,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from context_effects.conformity import release
 
 log = logging.getLogger(__name__)
 
@@ -912,31 +924,67 @@ def _ids(ids: list[str], limit: int = 5) -> str:
 
 def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | None,
                      sample_seed: int, attractor_seed: int | str,
-                     balance_by: str | None = None) -> pd.DataFrame:
+                     balance_by: str | None = None, *, sample: Mapping[str, Any] | None = None,
+                     peer_source: str = "generated") -> pd.DataFrame:
     """load -> normalise (checks every source row) -> attractors -> validate -> sample -> validate.
 
     Attractors are assigned on the full table before sampling; the rule makes that
     equivalent to assigning after, but it keeps the order of steps obviously safe.
     The whole table is validated before sampling, so a broken item fails the build
     whether or not the sample would take it.
+
+    ``sample={"source": "release", "path": ...}`` takes exactly the items of a
+    predecessor release file instead of a seeded sample (``conformity.release``;
+    ``n_items`` and ``balance_by`` are then not used). ``peer_source="release"`` also
+    records the release's peer blocks of those items in ``attrs["release_blocks"]``;
+    a release file without them (MMLU-Pro) falls back to the generator, and
+    ``attrs["peer_source"]`` says which was used and why.
     """
     raw = load_raw(dataset, source)
     items = normalise(dataset, raw, attractor_seed=attractor_seed)
     validate_items(items, attractor_seed=attractor_seed)
-    sample = sample_items(items, n_items, sample_seed, balance_by=balance_by)
-    validate_items(sample, attractor_seed=attractor_seed)
-    sample.attrs.update(
+    sample = dict(sample or {"source": "seeded"})
+    rows = None
+    if sample.get("source", "seeded") == "release":
+        rows = release.read_release(sample["path"])
+        chosen = release.match_items(dataset, items, rows, sample["path"])
+        sample.update(chosen.attrs["release"])
+    elif sample.get("source", "seeded") == "seeded":
+        chosen = sample_items(items, n_items, sample_seed, balance_by=balance_by)
+    else:
+        raise ValueError(f"{dataset}: sample source must be 'seeded' or 'release', got {sample.get('source')!r}")
+    validate_items(chosen, attractor_seed=attractor_seed)
+    peers = _peer_source(dataset, chosen, rows, peer_source)
+    chosen.attrs.update(
         dataset=dataset, source=describe_source(source), attractor_seed=attractor_seed,
-        sample_seed=sample_seed, n_items=n_items, balance_by=balance_by,
-        n_available=len(items),
+        sample_seed=sample_seed, n_items=n_items if rows is None else len(chosen),
+        balance_by=balance_by if rows is None else None, n_available=len(items), sample=sample,
+        # The generated panel is drawn once per item from the sample seed, never from an
+        # execution label, so executions 42/43/44 see byte-identical prompts.
+        panel_seed=sample_seed, **peers,
     )
-    return sample
+    return chosen
+
+
+def _peer_source(dataset: str, items: pd.DataFrame, rows: list | None, requested: str) -> dict[str, Any]:
+    if requested not in ("generated", "release"):
+        raise ValueError(f"peer source must be 'generated' or 'release', got {requested!r}")
+    if requested == "generated":
+        return {"peer_source": {"requested": "generated", "used": "generated", "why": "configured"}}
+    blocks = release.released_blocks(dataset, items, rows) if rows is not None else {}
+    if not blocks:
+        why = ("the items are not from a release file" if rows is None else
+               "the release file has no rq1_rq3 peer blocks for this dataset") + "; the seeded generator stands in"
+        log.warning("%s: %s", dataset, why)
+        return {"peer_source": {"requested": "release", "used": "generated", "why": why}}
+    return {"peer_source": {"requested": "release", "used": "release", "why": "released blocks of every item"},
+            "release_blocks": blocks}
 
 
 # ------------------------------------------------------------------------------ io
 
 _META_KEYS = ("dataset", "source", "attractor_seed", "sample_seed", "n_items", "balance_by",
-              "n_available", "layout")
+              "n_available", "layout", "sample", "panel_seed", "peer_source", "release_blocks")
 
 
 def write_items(df: pd.DataFrame, path: str | Path, *, attractor_seed: int | str | None = None,

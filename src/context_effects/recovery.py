@@ -408,19 +408,27 @@ def amel_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame) -> list[dic
     source = "amel/bias_scores"
     for model, pm in planted["amel"]["models"].items():
         part = bias_scores[bias_scores["model"] == model]
-        methods = sorted(set(part.get("method", pd.Series(dtype=str)).dropna()))
+        if "method" in part.columns:
+            # The primary measurement only: averaging over methods would mix two estimands.
+            from context_effects.amel.requests import PRIMARY_METHOD
+
+            part = part[part["method"] == PRIMARY_METHOD]
         means: dict[tuple[str, str, int, Any], float] = {}
         expected: dict[tuple[str, str, int, Any], float] = {}
         for c in pm["cells"]:
-            bs = part.loc[part["cell"] == c["cell"], "bs"].to_numpy(float)
-            m, lo, hi = mean_ci(bs)
+            cell = part[part["cell"] == c["cell"]]
+            # A balanced history has no prevailing verdict and so no bias score: its
+            # planted effect is a zero shift of P(Yes).
+            balanced = c["condition"] == "balanced"
+            values = cell["shift"] if balanced else cell["bs"]
+            m, lo, hi = mean_ci(values.to_numpy(float))
             key = (c["framing"], c["condition"], c["k"], c["position"])
             means[key], expected[key] = m, c["expected_bias_score"]
-            note = f"mean over {int(np.isfinite(bs).sum())} items; planted = population mean over the item distribution"
-            if "samples" in methods:
-                note += "; P(Yes) from sampled replies"
-            rows.append(row("amel", source, model, f"bias_score[{c['cell']}]", c["expected_bias_score"], m, lo, hi,
-                            note=note))
+            note = (f"mean over {int(np.isfinite(values.to_numpy(float)).sum())} items; planted = population mean "
+                    "over the item distribution; P(Yes) from sampled replies")
+            name = f"shift[{c['cell']}]" if balanced else f"bias_score[{c['cell']}]"
+            planted_value = 0.0 if balanced else c["expected_bias_score"]
+            rows.append(row("amel", source, model, name, planted_value, m, lo, hi, note=note))
         for (framing, cond, k, pos), v in sorted(expected.items(), key=lambda kv: str(kv[0])):
             if cond != "no_saturated" or pos is not None:
                 continue
@@ -451,7 +459,7 @@ def expected_score(mu: float | np.ndarray, sd: float) -> np.ndarray:
 
 def anchoring_rows(planted: Mapping[str, Any], runs: Mapping[str, Mapping[str, Any]]) -> list[dict]:
     """Study H rows: the scorer's pull estimates against what λ and δ_framing imply for the run's tasks."""
-    from context_effects.anchoring.synthetic import anchoring_blind_mean
+    from context_effects.anchoring.synthetic import anchoring_blind_mean, expected_pull
     from context_effects.llm.backends.synthetic import SyntheticBackend
 
     rows: list[dict] = []
@@ -471,11 +479,16 @@ def anchoring_rows(planted: Mapping[str, Any], runs: Mapping[str, Mapping[str, A
         framing = expected_score(e_blind + delta, sd)
         anchor = expected_score(e_blind + (delta if ph["framing_in_anchor"] else 0.0) + lam * (prior - e_blind), sd)
         src = f"anchoring/runs/{judge}"
-        used = (per_task["pull_status"] == "ok").to_numpy()
-        pull = np.mean((np.sign(prior - blind) * (anchor - blind))[used]) if used.any() else math.nan
+        # The primary estimand keeps ties (scored 0): its expectation is taken over the
+        # distribution of each task's blind mean, with as many repetitions as were valid.
+        used = per_task["pull_status"].isin(["ok", "tie"]).to_numpy()
+        pulls = [expected_pull(backend, t, g, p, int(n)) for t, g, p, n, u in zip(
+            per_task["task_id"], per_task["gold_score"], per_task["prior_score"], per_task["n_blind"], used) if u]
+        pull = float(np.mean(pulls)) if pulls else math.nan
         est = summary["pull"]["mean"]
         rows.append(row("anchoring", src, judge, "pull (mean, implied by λ)", pull, est["estimate"], est["ci_low"],
-                        est["ci_high"], note=f"over the {int(used.sum())} tasks with a pull; score scale"))
+                        est["ci_high"], note=f"over the {int(used.sum())} tasks with a pull (ties scored 0); "
+                                             "score scale"))
         used_f = (per_task["pull_vs_framing_status"] == "ok").to_numpy()
         pvf = np.mean((np.sign(prior - framing) * (anchor - framing))[used_f]) if used_f.any() else math.nan
         est = summary["anchor_vs_framing"]["signed_mean"]

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from context_effects.tables import run_notes
 
@@ -173,6 +174,42 @@ def _cost_row(study: str, stage: str, model: str, shards: int, led: Any) -> dict
     }
 
 
+def _item_meta(path: Path) -> dict[str, Any]:
+    # Schema metadata only: the tables themselves are not needed for one line per dataset.
+    raw = pq.read_schema(path).metadata or {}
+    return {k.decode().removeprefix("context_effects."): json.loads(v)
+            for k, v in raw.items() if k.decode().startswith("context_effects.")}
+
+
+def peer_source_section(config: Mapping[str, Any], base: str | Path = ".",
+                        item_paths: Sequence[str | Path] | None = None) -> list[str]:
+    """Which datasets take items and peer blocks from the predecessor release, and which fall
+    back to the seeded generator (read from the item tables' metadata, ``datasets.build_item_table``)."""
+    conf = config.get("conformity", {})
+    if not conf.get("enabled", True) or not conf.get("datasets"):
+        return []
+    if item_paths is None:
+        # Every Study C stage depends on the item tables, so they exist when the report runs.
+        item_paths = [Path(base) / "results/items" / f"{d}.parquet" for d in conf["datasets"]]
+    lines = ["## Items and peer blocks", "",
+             f"`conformity.peers.source`: {conf.get('peers', {}).get('source', 'generated')}.", "",
+             "| dataset | items | peer blocks | why |", "|---|---|---|---|"]
+    found = False
+    for path in map(Path, item_paths):
+        if not path.is_file():
+            continue
+        meta = _item_meta(path)
+        sample = meta.get("sample") or {"source": "seeded"}
+        peers = meta.get("peer_source") or {"used": "generated", "why": "not recorded (older item table)"}
+        items = (f"release ({sample.get('n_items', '?')} items of `{sample.get('path')}`)"
+                 if sample.get("source") == "release" else f"seeded sample ({meta.get('n_items')} items)")
+        lines.append(f"| {meta.get('dataset') or path.stem} | {items} | {peers.get('used')} | {peers.get('why')} |")
+        found = True
+    if not found:
+        return []
+    return lines + [""]
+
+
 def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], figure_paths: Sequence[str | Path],
                  base: str | Path = ".", injection_paths: Sequence[str | Path] = (),
                  reproduction_path: str | Path | None = None, ledger_path: str | Path | None = None,
@@ -201,6 +238,7 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
                       f"({100 * total:.2f}%) stayed without a valid rating after every re-ask.", ""]
         lines += [_markdown(df), ""]
 
+    lines += peer_source_section(manifest.get("config", {}), base)
     lines += injection_section(injection_paths)
     lines += reproduction_section(reproduction_path)
     lines += recovery_section(recovery_path)

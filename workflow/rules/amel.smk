@@ -44,6 +44,8 @@ rule amel_requests:
     params:
         code=codeversion.of_script("amel_requests.py"),
         model=lambda wildcards: dag.model_settings(config, wildcards.model),
+        # Whether the model also gets the secondary, first-token measurement.
+        logprobs=lambda wildcards: amel_dag.logprobs_available(config, wildcards.model),
         settings=amel_dag.design_settings(config),
     script:
         "../scripts/amel_requests.py"

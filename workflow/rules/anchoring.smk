@@ -1,12 +1,12 @@
-# Study H (seed 001): the history-anchoring benchmark. Tasks (fixed answer, rubric,
-# gold score, balanced prior design) -> one request shard per judge (the model run,
+# Study H (seed 001): the history-anchoring benchmark. Tasks (stratified draw, fixed
+# answer, rubric, gold score, prior design independent of gold) -> one request shard per judge (the model run,
 # answered by the generic rules of llm.smk) -> a result file per model run -> the
 # summary tables and the pull-distribution figure (context_effects.anchoring.outputs).
 # Paths, targets and settings: context_effects.anchoring.dag.
 
 
 rule anchoring_tasks:
-    """Tasks from the benchmarks' items and the task files, with the prior-score design."""
+    """Tasks drawn from the benchmarks' items (stratified) and the task files, with the prior-score design."""
     input:
         **anchoring_dag.task_inputs(config),
     output:

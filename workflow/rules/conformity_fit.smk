@@ -6,7 +6,8 @@
 
 rule conformity_fit:
     """Fit the hierarchical ordinal model (seed 002 Eq. 6-8) for one dataset and variant
-    (the generator-mean variants: this project's per-generator baseline means)."""
+    (the generator-mean variants: this project's per-generator baseline means; the
+    reference-free variant: anchors scored without the gold answer, seed 002 §3.4)."""
     input:
         ratings="results/conformity/ratings/{dataset}.parquet",
     output:
@@ -57,7 +58,8 @@ rule conformity_quality:
 
 
 rule conformity_fit_table:
-    """One model-based table (3, 4, 9, 10-12, 17, 20, table3_generator_mean) from the summaries of its fits."""
+    """One model-based table (3, 4, 9, 10-12, 17, 20, table3_generator_mean, table3_reference_free,
+    table4_by_dataset) from the summaries of its fits."""
     input:
         unpack(
             lambda wildcards: registry("conformity")

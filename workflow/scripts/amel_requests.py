@@ -10,5 +10,6 @@ n = write_domain_shard(
     model_name=snakemake.wildcards.model,
     model_cfg=snakemake.params.model,
     amel_cfg=snakemake.params.settings,
+    logprobs=snakemake.params.logprobs,
 )
 log.info("wrote %d requests to %s", n, snakemake.output[0])

@@ -18,11 +18,12 @@ record = result_record(
 write_result(record, snakemake.output[0])
 pull = record["scorer"]["summary"]["pull"]
 log.info(
-    "%s: mean pull %s over %d tasks (%d ties, %d missing) -> %s",
+    "%s: mean pull %s over %d tasks (%d ties scored 0, %d missing; ties excluded: %s) -> %s",
     snakemake.wildcards.judge,
     pull["mean"]["estimate"],
     pull["n_used"],
     pull["n_ties"],
     pull["n_missing"],
+    record["scorer"]["summary"]["pull_ties_excluded"]["mean"]["estimate"],
     snakemake.output[0],
 )

@@ -1,6 +1,6 @@
-"""Build the Study H task table: benchmark tasks, task-file tasks and the balanced prior design."""
+"""Build the Study H task table: benchmark tasks, task-file tasks and the prior-score design."""
 
-from context_effects.anchoring.tasks import build_tasks
+from context_effects.anchoring.tasks import build_tasks, prior_gold_correlation
 from context_effects.jobs import setup_job_logging
 
 log = setup_job_logging(snakemake.log[0])
@@ -15,9 +15,10 @@ tasks = build_tasks(
 )
 tasks.to_parquet(snakemake.output[0], index=False)
 log.info(
-    "%d tasks (gold %s; priors %s) -> %s",
+    "%d tasks (gold %s; prior sides %s; r(prior, gold) %s) -> %s",
     len(tasks),
     tasks["gold_score"].value_counts().sort_index().to_dict(),
-    tasks["prior_direction"].value_counts().to_dict(),
+    tasks["prior_side"].value_counts().to_dict(),
+    prior_gold_correlation(tasks)["r"],
     snakemake.output[0],
 )

@@ -1,4 +1,4 @@
-"""Build the normalised, sampled item table of one dataset."""
+"""Build the normalised, sampled (or release-taken) item table of one dataset."""
 
 from context_effects.datasets import build_item_table, write_items
 from context_effects.jobs import setup_job_logging
@@ -12,6 +12,9 @@ items = build_item_table(
     sample_seed=snakemake.params.sample_seed,
     attractor_seed=snakemake.params.attractor_seed,
     balance_by=snakemake.params.balance_by,
+    sample=snakemake.params.sample,
+    peer_source=snakemake.params.peer_source,
 )
 write_items(items, snakemake.output.table)
-log.info("wrote %d %s items to %s", len(items), dataset, snakemake.output.table)
+log.info("wrote %d %s items to %s (items: %s; peer blocks: %s)", len(items), dataset, snakemake.output.table,
+         items.attrs["sample"].get("source"), items.attrs["peer_source"]["used"])

@@ -11,14 +11,14 @@ the design choices that fill its gaps are stated where they are made:
   the benchmarks (a question with a proposed answer, right or wrong) and item
   files for other domains (code review ships with the project); which items
   are tested and in which order the others fill histories.
-* ``design``: the cells (baseline, saturated histories of length k, position
-  runs, framing swap), the constructed verdict sequences and the chat messages.
+* ``design``: the cells (baseline, saturated and balanced histories of length
+  k, position runs, framing swap), the constructed verdict sequences and the chat messages.
   Everything but the manipulated assistant turns is byte-identical across
   cells of one item.
 * ``requests``: one request shard per model x domain, ordered so that
-  requests sharing a history prefix are adjacent (prefix-cache reuse), with
-  first-token probe probabilities where the backend gives them and repeated
-  samples otherwise.
+  requests sharing a history prefix are adjacent (prefix-cache reuse): repeated
+  samples for every model (the primary measurement) and first-token probe
+  probabilities where the model's capabilities give logprobs (the secondary one).
 * ``scores``: P(Yes) per cell, bias scores, baseline entropy.
 * ``stats`` / ``analysis`` / ``plots``: the estimands of the paper, one table
   and one figure each; ``outputs`` registers them (captions, inputs, settings).

@@ -29,7 +29,8 @@ DESIGN_KEYS = (
     "positions",
     "framing_swap",
     "framing_history_lengths",
-    "probability_method",
+    "balanced_history_lengths",
+    "first_token",
     "n_samples",
     "seed",
 )
@@ -39,8 +40,32 @@ SCORE_KEYS = ("entropy_threshold_bits",)
 MODEL_INFO_KEYS = ("backend", "family", "display_name", "params_b")
 
 
-def models(config: Config) -> list[str]:
+def roster(config: Config) -> list[str]:
+    """The seed's models: every pooled estimate (overall, by domain, provider, k) is of these."""
     return list(config["amel"]["models"])
+
+
+def extra_models(config: Config) -> list[str]:
+    """Models run with the same design but outside the seed's roster, reported per model only."""
+    extra = list(config["amel"].get("extra_models", []))
+    unknown = [m for m in extra if m not in config["models"]]
+    if unknown:
+        raise ValueError(f"`amel.extra_models` names model(s) {unknown} not defined under `models`")
+    both = sorted(set(extra) & set(roster(config)))
+    if both:
+        raise ValueError(f"`amel.extra_models` repeats roster model(s) {both} from `amel.models`; list each once")
+    return extra
+
+
+def models(config: Config) -> list[str]:
+    """Every model asked: the roster, then the extras."""
+    return roster(config) + extra_models(config)
+
+
+def logprobs_available(config: Config, model: str) -> bool:
+    from context_effects.amel.requests import logprobs_available as available
+
+    return available(config, model)
 
 
 def domains(config: Config) -> list[str]:
@@ -73,8 +98,15 @@ def score_settings(config: Config) -> dict[str, Any]:
 
 
 def score_models(config: Config) -> dict[str, dict[str, Any]]:
-    """Per AMEL model the fields ``scores.bias_scores`` copies into its table."""
-    return {m: {k: config["models"][m][k] for k in MODEL_INFO_KEYS} for m in models(config)}
+    """Per AMEL model the fields ``scores.bias_scores`` copies into its table, its place in
+    its provider's size order and whether it is an extra (outside the seed's roster)."""
+    extras = set(extra_models(config))
+    out: dict[str, dict[str, Any]] = {}
+    for rank, m in enumerate(models(config)):
+        out[m] = {k: config["models"][m][k] for k in MODEL_INFO_KEYS}
+        out[m]["extra_model"] = m in extras
+        out[m]["list_rank"] = rank
+    return out
 
 
 def domain_items(domain: str) -> str:

@@ -13,6 +13,11 @@ position runs where the biased turns sit. Per test item and model the design is:
   polarity, inserted at the start, middle or end of one seeded, balanced
   sequence of the other turns (half Yes, half No; the odd one out is "No"),
   ``position_history_length`` turns in all;
+* balanced histories, for each k in ``balanced_history_lengths``: k turns of one
+  seeded sequence, half Yes and half No (the odd one out is "No"), with the
+  history items of the saturated cells of that k. The seed's mitigation
+  ("balancing the history helps") is read as: the shift of P(Yes) after a
+  balanced history is smaller than the bias after a saturated one;
 * framing swap: every turn asks the question with Yes and No trading meanings
   (``question_swapped``), for the baseline and both polarities at each k in
   ``framing_history_lengths`` (their standard-framing counterparts are in the
@@ -49,7 +54,7 @@ SYSTEM_PROMPT = (
     "Answer each question with a single word: Yes or No."
 )
 ANSWER_INSTRUCTION = "Answer Yes or No."
-CONDITIONS = ("baseline", "yes_saturated", "no_saturated")
+CONDITIONS = ("baseline", "yes_saturated", "no_saturated", "balanced")
 SATURATED = ("yes_saturated", "no_saturated")
 POSITIONS = ("start", "middle", "end")
 FRAMINGS = ("standard", "swapped")
@@ -87,6 +92,8 @@ def design_cells(amel_cfg: Mapping[str, Any]) -> list[Cell]:
 
     for k in amel_cfg["history_lengths"]:
         saturated("standard", k)
+    for k in amel_cfg.get("balanced_history_lengths", ()):
+        cells.add(Cell("standard", "balanced", int(k)))
     if amel_cfg["positions"]:
         hl, nb = int(amel_cfg["position_history_length"]), int(amel_cfg["position_biased_turns"])
         if nb > hl:
@@ -120,6 +127,8 @@ def _verdicts(cell: Cell, seed: int, domain: str) -> tuple[str, ...]:
     if cell.condition == "baseline":
         return ()
     k = cell.k
+    if cell.condition == "balanced":
+        return tuple(_balanced(k, seed, domain, "amel-balanced-history"))
     token = POLARITY_TOKEN[cell.condition]
     other = "No" if token == "Yes" else "Yes"
     if cell.position is None:
@@ -132,10 +141,15 @@ def _verdicts(cell: Cell, seed: int, domain: str) -> tuple[str, ...]:
     # the other k - b turns (the same sequence for every position and polarity).
     b = cell.n_biased
     m = k - b
-    rest = ["Yes"] * (m // 2) + ["No"] * (m - m // 2)
-    rest = [rest[i] for i in seeded_rng("amel-balanced", seed, domain, k, b).permutation(m)]
+    rest = _balanced(m, seed, domain, "amel-balanced", k, b)
     start = {"start": 0, "middle": m // 2, "end": m}[cell.position]
     return tuple(rest[:start] + [token] * b + rest[start:])
+
+
+def _balanced(m: int, seed: int, domain: str, *tag: Any) -> list[str]:
+    """m verdicts, half Yes and half No (the odd one out "No"), in a seeded order."""
+    rest = ["Yes"] * (m // 2) + ["No"] * (m - m // 2)
+    return [rest[i] for i in seeded_rng(tag[0], seed, domain, *tag[1:]).permutation(m)]
 
 
 def item_turn(content: str, question: str) -> str:

@@ -15,6 +15,10 @@ item whose proposed answer is its gold answer (correct: "Yes") and, with
 its fixed wrong attractor (incorrect: "No"), so the domain is balanced by
 construction and small demo sets still hold enough items. With ``1``, each
 question gives one of the two, chosen by a seeded balanced assignment.
+Multiple-choice benchmarks (MMLU-Pro, ARC) show the question's options, each
+with its label, and the proposed answer as one of them ("B. <text>"): without
+the options a proposed answer such as "6" could not be checked against the
+alternatives the benchmark gives.
 
 Item files (other domains)
 --------------------------
@@ -76,8 +80,16 @@ def seeded_rng(*parts: Any) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(hashlib.sha256(blob).digest()[:16], "little"))
 
 
-def verification_content(question: str, proposed: str) -> str:
-    return f"Question: {question}\nProposed answer: {proposed}"
+def verification_content(
+    question: str, proposed: str, labels: Any = (), options: Any = (), proposed_label: str | None = None
+) -> str:
+    """The material of one verification item; multiple-choice items list their options."""
+    labels, options = list(labels if labels is not None else ()), list(options if options is not None else ())
+    if not options:
+        return f"Question: {question}\nProposed answer: {proposed}"
+    listed = "\n".join(f"{lab}. {opt}" for lab, opt in zip(labels, options))
+    shown = f"{proposed_label}. {proposed}" if isinstance(proposed_label, str) and proposed_label else proposed
+    return f"Question: {question}\nOptions:\n{listed}\nProposed answer: {shown}"
 
 
 def verification_items(
@@ -94,16 +106,21 @@ def verification_items(
         perm = seeded_rng("verification", seed, domain).permutation(len(order))
         shown_gold = {order[i] for i in perm[: (len(order) + 1) // 2]}
     for r in items.itertuples(index=False):
-        versions = [("correct", r.gold_answer, "Yes"), ("wrong", r.wrong_attractor, "No")]
+        labels = getattr(r, "option_labels", None)
+        options = getattr(r, "options", None)
+        versions = [
+            ("correct", r.gold_answer, "Yes", getattr(r, "gold_label", None)),
+            ("wrong", r.wrong_attractor, "No", getattr(r, "attractor_label", None)),
+        ]
         if answers_per_question == 1:
             versions = [versions[0] if r.item_id in shown_gold else versions[1]]
-        for tag, proposed, answer in versions:
+        for tag, proposed, answer, label in versions:
             rows.append(
                 {
                     "item_id": f"{r.item_id}:{tag}",
                     "domain": domain,
                     "group": r.item_id,
-                    "content": verification_content(r.question, proposed),
+                    "content": verification_content(r.question, proposed, labels, options, label),
                     "question": VERIFICATION_QUESTION,
                     "question_swapped": VERIFICATION_QUESTION_SWAPPED,
                     "answer": answer,

@@ -33,12 +33,25 @@ class Analysis:
     figure_settings: tuple[str, ...] = ()
 
 
-_COMMON = "BS = P(r*|treatment) - P(r*|baseline), r* the verdict against the history's polarity; BS < 0 = conforming."
+_COMMON = (
+    "BS = P(r*|treatment) - P(r*|baseline), r* the verdict against the history's polarity; BS < 0 = conforming. "
+    "Tests use item means (n = items); pooled rows are of the seed's roster, extra models are marked; "
+    "method = samples (primary, every model) or first_token (secondary, models with logprobs)."
+)
 
 ANALYSES: dict[str, Analysis] = {
     "effects": Analysis(
         "AMEL bias scores overall, by model, domain and provider: mean BS with 95% CI, one-sample Cohen's d "
         "(mean/sd) and t-test against 0. " + _COMMON,
+    ),
+    "scaling": Analysis(
+        "Scaling within each provider: mean BS and |Cohen's d| of each roster model in its provider's size "
+        "order, and the largest minus the smallest model paired per item. " + _COMMON,
+    ),
+    "balanced": Analysis(
+        "Balanced histories (half Yes, half No): mean shift of P(Yes) from the baseline (t-test against 0), "
+        "and |shift| against the same items' mean |BS| after saturated histories of the same k (paired t; "
+        "diff < 0 = balancing helps). " + _COMMON,
     ),
     "entropy": Analysis(
         "Bias by baseline entropy stratum (deterministic vs uncertain baseline) and the difference (Welch t). "
@@ -46,8 +59,8 @@ ANALYSES: dict[str, Analysis] = {
         figure_settings=("entropy_threshold_bits",),
     ),
     "asymmetry": Analysis(
-        "Negativity asymmetry: |BS(no-saturated)| / |BS(yes-saturated)| paired per item, model and k; "
-        "ratio of mean BS, ratio of mean |BS|, paired t-test of |BS| (no vs yes).",
+        "Negativity asymmetry: |BS(no-saturated)| / |BS(yes-saturated)| paired per item (mean over its k's "
+        "first); ratio of mean BS, ratio of mean |BS|, paired t-test of |BS| (no vs yes). " + _COMMON,
     ),
     "length": Analysis(
         "Bias and history length: Spearman rho and OLS slope of BS on k (per turn). " + _COMMON,
@@ -66,7 +79,8 @@ ANALYSES: dict[str, Analysis] = {
         "vs incongruent items. " + _COMMON,
     ),
     "probabilities": Analysis(
-        "Mean P(Yes) per model and cell, and how it was measured (first-token probabilities or repeated samples).",
+        "Mean P(Yes) per measurement method, model and cell: repeated samples (primary) and first-token "
+        "probabilities (secondary, models with logprobs; the figure shows these where present).",
         data="probabilities",
     ),
 }
@@ -91,6 +105,15 @@ FORMATS = {
     "ratio": ".2f",
     "ratio_abs": ".2f",
     "asym": ".3f",
+    "abs_d": ".2f",
+    "mean_shift": ".3f",
+    "mean_abs_shift": ".3f",
+    "mean_abs_bs_saturated": ".3f",
+    "diff": ".3f",
+    "t_diff": ".2f",
+    "p_diff": ".2g",
+    "saturation_share": ".2f",
+    "prevailing_share": ".2f",
 }
 
 _DATA_PATHS = {"bias_scores": BIAS_SCORES, "probabilities": PROBABILITIES}
@@ -113,6 +136,9 @@ def analysis_figure(name: str, table: Any, data: Any, settings: Mapping[str, Any
     from context_effects.amel import plots
 
     kwargs = {k: settings[k] for k in ANALYSES[name].figure_settings}
+    table, data, method = plots.one_method(name, table, data)
+    if method:
+        note = f"P(Yes) from {plots.METHOD_LABEL.get(method, method)}. {note}".strip()
     return getattr(plots, f"{name}_figure")(table, data, note=note, **kwargs)
 
 

@@ -23,6 +23,22 @@ from context_effects.amel.analysis import main_rows  # noqa: E402
 
 POL_COLORS = style.POLARITY_COLORS
 FRAMING_COLORS = {"standard": "0.35", "swapped": "0.75"}
+METHOD_LABEL = {"samples": "sampled answers (primary)", "first_token": "first-token probabilities (secondary)"}
+
+
+def one_method(name: str, table: pd.DataFrame, data: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
+    """The table and item-level rows of the one method a figure draws: the primary (samples),
+    except the probabilities figure (the seed's logprobs figure), which prefers first-token rows."""
+    if "method" not in data:
+        return table, data, None
+    present = set(data["method"].dropna())
+    prefer = ("first_token", "samples") if name == "probabilities" else ("samples", "first_token")
+    method = next((m for m in prefer if m in present), None)
+    if method is None:
+        return table, data, None
+    if "method" in table:
+        table = table[table["method"] == method].reset_index(drop=True)
+    return table, data[data["method"] == method].reset_index(drop=True), method
 
 
 def _history(polarity: str) -> str:
@@ -81,9 +97,16 @@ def _note(fig, note: str) -> None:
     style.place_caveat(fig, [note])
 
 
+def _mark_extras(rows: pd.DataFrame) -> pd.DataFrame:
+    if "extra_model" not in rows:
+        return rows
+    extra = rows["extra_model"].astype(bool)
+    return rows.assign(group=np.where(extra, rows["group"].astype(str) + " (extra)", rows["group"].astype(str)))
+
+
 def effects_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
     fig, axes = style.figure(style.FULL_WIDTH, 2.8, ncols=3)
-    _bars(axes[0], table[table["scope"] == "model"], "Mean BS by model\n(negative = conforming)")
+    _bars(axes[0], _mark_extras(table[table["scope"] == "model"]), "Mean BS by model\n(negative = conforming)")
     _bars(axes[1], table[table["scope"] == "domain"], "Mean BS by domain")
     models = table[table["scope"] == "model"].copy()
     models["abs_d"] = models["d"].abs()
@@ -242,12 +265,12 @@ def probabilities_figure(table: pd.DataFrame, probs: pd.DataFrame, note: str = "
     _tick_labels(axes[0], order)
     axes[0].set_xlabel("")
     axes[0].set_ylabel("mean P(Yes)")
-    axes[0].set_title("(a) Mean first-token / sampled P(Yes)\nby condition")
+    axes[0].set_title("(a) Mean P(Yes) by condition")
     if axes[0].get_legend() is not None:
         axes[0].legend(title=None)
     p = probs[(probs["framing"] == "standard") & probs["position"].isna()]
     base = p[p["condition"] == "baseline"][["model", "item_id", "p_yes"]].rename(columns={"p_yes": "base"})
-    tr = p[p["condition"] != "baseline"].merge(base, on=["model", "item_id"])
+    tr = p[p["condition"].isin(["yes_saturated", "no_saturated"])].merge(base, on=["model", "item_id"])
     conditions = sorted(tr["condition"].unique())
     sns.scatterplot(data=tr, x="base", y="p_yes", hue="condition", hue_order=conditions,
                     palette={c: POL_COLORS[c.split("_")[0]] for c in conditions}, s=8, alpha=0.5, linewidth=0,
@@ -258,5 +281,42 @@ def probabilities_figure(table: pd.DataFrame, probs: pd.DataFrame, note: str = "
     axes[1].set_title("(b) Per-item shift")
     if axes[1].get_legend() is not None:
         axes[1].legend(title=None, markerscale=1.5)
+    _note(fig, note)
+    return fig
+
+
+def scaling_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
+    """|d| of each roster model in its provider's size order (seed Figure 14)."""
+    rows = table[table["scope"] == "model"].copy()
+    rows = rows.sort_values(["provider", "size_rank"], kind="stable")
+    rows["group"] = rows["provider"].astype(str) + ": " + rows["group"].astype(str)
+    fig, ax = style.figure(style.width_for(max(len(rows), 1), per_group=0.5), style.PANEL_HEIGHT + 0.4)
+    _bars(ax, rows, "|Cohen's d| within each provider\n(smallest to largest)", value="abs_d")
+    ax.set_ylabel("|Cohen's d|")
+    _note(fig, note)
+    return fig
+
+
+def balanced_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
+    """Mean |shift| after a balanced history beside mean |BS| after saturated ones, per k."""
+    import seaborn as sns
+
+    rows = table[table["scope"].isin(["overall", "k"])].reset_index(drop=True)
+    labels = ["all k" if s == "overall" else f"k={g}" for s, g in zip(rows["scope"], rows["group"])]
+    long = pd.concat([
+        pd.DataFrame({"x": labels, "value": rows["mean_abs_bs_saturated"].astype(float), "history": "saturated |BS|"}),
+        pd.DataFrame({"x": labels, "value": rows["mean_abs_shift"].astype(float), "history": "balanced |shift|"}),
+    ], ignore_index=True)
+    fig, ax = style.figure(style.COLUMN_WIDTH, style.PANEL_HEIGHT + 0.3)
+    if long["value"].notna().any():
+        sns.barplot(data=long, x="x", y="value", hue="history", order=list(dict.fromkeys(labels)),
+                    palette={"saturated |BS|": "0.35", "balanced |shift|": "0.75"}, errorbar=None, ax=ax,
+                    width=0.8, saturation=1)
+        _legend_above(fig, ax)
+    else:
+        _no_data(ax, "")
+    ax.set_xlabel("")
+    ax.set_ylabel("mean absolute change")
+    ax.set_title("Balanced vs saturated histories")
     _note(fig, note)
     return fig

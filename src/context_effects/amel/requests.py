@@ -1,17 +1,22 @@
 """AMEL requests: one shard per model x domain, ordered for prefix-cache reuse.
 
-How P(Yes) is measured (``amel.probability_method``)
-----------------------------------------------------
-* ``first_token``: one greedy request per cell with ``max_tokens = 1`` and
-  probe tokens Yes/No (and their lower-case forms); vLLM reads their exact
-  first-position probabilities, OpenAI-style APIs their top logprobs.
-* ``samples``: ``n_samples`` requests per cell (``sample_index`` 0..n-1) at
-  temperature 1, each reply parsed as Yes/No; P(Yes) is the share of Yes among
-  the parsed replies. Anthropic exposes no logprobs, so ``auto`` uses this
-  there (and its API also ignores the temperature: the record says so).
+How P(Yes) is measured
+----------------------
+Every comparison uses one measurement for all of its models, so there are two:
 
-``auto`` picks ``first_token`` for vllm, openai, openai_compatible and
-synthetic models and ``samples`` for anthropic.
+* ``samples`` (the primary analysis, every model): ``n_samples`` requests per
+  cell (``sample_index`` 0..n-1) at temperature 1, each reply parsed as
+  Yes/No; P(Yes) is the share of Yes among the parsed replies. The seed's
+  headline counts are answers to API calls, and every roster model can give
+  them (Anthropic's API ignores the temperature: the record says so).
+* ``first_token`` (the secondary analysis, the seed's logprobs figure): one
+  greedy request per cell with ``max_tokens = 1`` and probe tokens Yes/No (and
+  their lower-case forms), only for models whose capability profile says
+  logprobs are available (``logprobs_available``) and with
+  ``amel.first_token`` on; vLLM reads exact first-position probabilities,
+  OpenAI-style APIs their top logprobs.
+
+Each request's meta names its method, and every later row keeps it.
 
 Ordering
 --------
@@ -33,34 +38,41 @@ import pandas as pd
 
 from context_effects.amel.design import Cell, DomainItems, as_transcript, build_messages, correct_verdict, design_cells
 from context_effects.amel.items import read_domain_items
+from context_effects.llm.capabilities import conform_sampling, profile
 from context_effects.llm.factory import model_ref
 from context_effects.llm.shards import write_request_shard
 from context_effects.llm.types import LLMRequest, Sampling
 
 PROBE_TOKENS = ("Yes", "No", "yes", "no")
-LOGPROB_BACKENDS = frozenset({"vllm", "openai", "openai_compatible", "synthetic"})
+PRIMARY_METHOD = "samples"
+SECONDARY_METHOD = "first_token"
+METHODS = (PRIMARY_METHOD, SECONDARY_METHOD)
 SAMPLE_TEMPERATURE = 1.0
 SAMPLE_MAX_TOKENS = 4
+# Used only until context_effects.models.capabilities exists: engines we run ourselves
+# give token probabilities; hosted APIs only where a profile says so.
 
 
-def probability_method(model_name: str, model_cfg: Mapping[str, Any], setting: str) -> str:
-    """``first_token`` or ``samples`` for this model under ``amel.probability_method``."""
-    backend = model_cfg["backend"]
-    if setting == "samples":
-        return "samples"
-    if setting == "auto":
-        return "samples" if backend == "anthropic" else "first_token"
-    if setting == "logprobs":
-        if backend == "anthropic":
-            raise ValueError(
-                f"model {model_name!r}: the anthropic backend exposes no token probabilities; "
-                "set amel.probability_method to 'auto' or 'samples'"
-            )
-        return "first_token"
-    raise ValueError(f"amel.probability_method must be auto, logprobs or samples, got {setting!r}")
+def logprobs_available(config: Mapping[str, Any], model_name: str) -> bool:
+    """Whether a model's capability profile (``llm.capabilities``) says first-token logprobs are available."""
+    return bool(profile(config["models"][model_name])["logprobs"])
 
 
-def cell_meta(cell: Cell, item: Mapping[str, Any], model_name: str, method: str, history_repeats: int) -> dict[str, Any]:
+def methods_for(amel_cfg: Mapping[str, Any], logprobs: bool) -> tuple[str, ...]:
+    """The measurements one model gets: samples always, first-token probabilities where available."""
+    if amel_cfg["first_token"] and logprobs:
+        return METHODS
+    return (PRIMARY_METHOD,)
+
+
+def cell_meta(
+    cell: Cell,
+    item: Mapping[str, Any],
+    model_name: str,
+    method: str,
+    history_repeats: int,
+    saturation_share: float = 1.0,
+) -> dict[str, Any]:
     """Bookkeeping of one request (not part of its key); also the synthetic backend's AMEL contract."""
     meta: dict[str, Any] = {
         "study": "amel",
@@ -77,9 +89,15 @@ def cell_meta(cell: Cell, item: Mapping[str, Any], model_name: str, method: str,
     }
     if cell.condition != "baseline":
         meta["k"] = cell.k
+    if cell.condition in ("yes_saturated", "no_saturated"):
         # Net excess of prevailing over opposing verdicts (= k when the share is 1);
         # the biased block for position runs.
         meta["n_biased"] = cell.n_biased if cell.position else max(1, 2 * cell.n_biased - cell.k)
+        meta["saturation_share"] = None if cell.position else float(saturation_share)
+        meta["prevailing_share"] = cell.n_biased / cell.k
+    elif cell.condition == "balanced":
+        # No prevailing verdict; k keeps the simulator's and the recovery check's contract.
+        meta["n_biased"] = cell.k
     return meta
 
 
@@ -88,21 +106,31 @@ def domain_requests(
     model_name: str,
     model_cfg: Mapping[str, Any],
     amel_cfg: Mapping[str, Any],
+    *,
+    logprobs: bool | None = None,
 ) -> list[LLMRequest]:
-    """Every request of one model on one domain's test items, in prefix-sharing order."""
+    """Every request of one model on one domain's test items, in prefix-sharing order
+    (``logprobs``: the model's capability; None reads it from ``model_cfg`` alone)."""
+    if logprobs is None:
+        logprobs = logprobs_available({"models": {model_name: model_cfg}}, model_name)
     seed = int(amel_cfg["seed"])
-    method = probability_method(model_name, model_cfg, amel_cfg["probability_method"])
     ref = model_ref(model_name, model_cfg)
     mode = model_cfg["mode"]
-    if method == "first_token":
-        samplings = [(0, Sampling(temperature=0.0, max_tokens=1, seed=seed, probe_tokens=PROBE_TOKENS))]
-    else:
-        samplings = [
-            (i, Sampling(temperature=SAMPLE_TEMPERATURE, max_tokens=SAMPLE_MAX_TOKENS, seed=seed + i))
-            for i in range(int(amel_cfg["n_samples"]))
-        ]
+    samplings: list[tuple[str, int, Sampling]] = []
+    for method in methods_for(amel_cfg, logprobs):
+        # Built to the model's capability profile: the store key holds what is sent.
+        if method == SECONDARY_METHOD:
+            asked = Sampling(temperature=0.0, max_tokens=1, seed=seed, probe_tokens=PROBE_TOKENS)
+            samplings.append((method, 0, conform_sampling(asked, model_cfg, model_name)))
+        else:
+            samplings += [
+                (method, i, conform_sampling(Sampling(temperature=SAMPLE_TEMPERATURE, max_tokens=SAMPLE_MAX_TOKENS,
+                                                      seed=seed + i), model_cfg, model_name))
+                for i in range(int(amel_cfg["n_samples"]))
+            ]
     cells = design_cells(amel_cfg)
     domain = DomainItems(items)
+    share = float(amel_cfg["saturation_share"])
     requests = []
     for item in domain.rows:
         if not item["is_test"]:
@@ -111,8 +139,7 @@ def domain_requests(
             messages, facts = build_messages(domain, item["item_id"], cell, seed=seed)
             if mode == "completion":
                 messages = (("user", as_transcript(messages)),)
-            meta = cell_meta(cell, item, model_name, method, facts["history_repeats"])
-            for index, sampling in samplings:
+            for method, index, sampling in samplings:
                 requests.append(
                     LLMRequest(
                         model=ref,
@@ -120,10 +147,10 @@ def domain_requests(
                         sampling=sampling,
                         sample_index=index,
                         mode=mode,
-                        meta=dict(meta),
+                        meta=cell_meta(cell, item, model_name, method, facts["history_repeats"], share),
                     )
                 )
-    requests.sort(key=lambda r: (r.messages, r.sample_index))
+    requests.sort(key=lambda r: (r.messages, r.meta["method"], r.sample_index))
     return requests
 
 
@@ -134,7 +161,8 @@ def write_domain_shard(
     model_name: str,
     model_cfg: Mapping[str, Any],
     amel_cfg: Mapping[str, Any],
+    logprobs: bool | None = None,
 ) -> int:
-    requests = domain_requests(read_domain_items(items_path), model_name, model_cfg, amel_cfg)
+    requests = domain_requests(read_domain_items(items_path), model_name, model_cfg, amel_cfg, logprobs=logprobs)
     write_request_shard(out_path, requests)
     return len(requests)

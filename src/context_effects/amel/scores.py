@@ -13,11 +13,19 @@ verdict absent from the top alternatives counts as 0 and is flagged in
 ``samples``: the share of Yes among replies that parse as a verdict (the
 first word, case and punctuation ignored); ``n_valid`` of ``n_requests``.
 
+A cell measured both ways gives two rows, one per ``method``; everything
+downstream keeps them apart (a baseline is always of the same method).
+
 Bias score (seed 000)
 ---------------------
 ``BS = P(r* | treatment) - P(r* | baseline)`` with r* the verdict *against* the
 history's prevailing polarity ("No" after yes-saturated, "Yes" after
 no-saturated) and the baseline of the same framing. BS < 0 = conforming.
+
+A balanced history has no prevailing polarity, so no r* and no BS: its rows
+carry ``shift = P(Yes | treatment) - P(Yes | baseline)`` (every treatment row
+has it) and the ``balanced`` analysis compares ``|shift|`` with the saturated
+cells' ``|BS|``.
 
 Baseline entropy
 ----------------
@@ -39,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from context_effects.llm.capabilities import served_model
 from context_effects.llm.shards import read_response_shard
 
 PROB_COLUMNS = (
@@ -61,6 +70,10 @@ PROB_COLUMNS = (
     "n_failed",
     "tokens_in",
     "history_repeats",
+    "saturation_share",
+    "prevailing_share",
+    "served_model",
+    "system_fingerprint",
 )
 _WORD = re.compile(r"[A-Za-z]+")
 
@@ -121,13 +134,14 @@ def probabilities(
     for i, path in enumerate(response_paths):
         requests, table = read_response_shard(
             path,
-            ["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"],
+            ["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in", "notes"],
             requests_path=None if request_paths is None else request_paths[i],
         )
-        rows = table[["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in"]].itertuples(index=False)
-        for req, (text, ok, probes, top, tokens_in) in zip(requests, rows):
+        rows = table[["text", "ok", "probe_probs", "first_token_logprobs", "tokens_in", "notes"]].itertuples(
+            index=False)
+        for req, (text, ok, probes, top, tokens_in, notes) in zip(requests, rows):
             meta = req.meta
-            key = (meta["model"], meta["item_id"], meta["cell"])
+            key = (meta["model"], meta["item_id"], meta["cell"], meta["method"])
             g = groups.get(key)
             if g is None:
                 g = groups[key] = {
@@ -137,11 +151,13 @@ def probabilities(
                     "verdicts": [],
                     "first": None,
                     "tokens_in": None,
+                    "served": set(),
                 }
             g["n"] += 1
             if not ok:
                 g["failed"] += 1
                 continue
+            g["served"].add(served_model(req, notes))
             if tokens_in is not None and not pd.isna(tokens_in):
                 g["tokens_in"] = int(tokens_in)
             if meta["method"] == "first_token":
@@ -149,7 +165,7 @@ def probabilities(
             else:
                 g["verdicts"].append(parse_verdict(text))
     rows = []
-    for (model, item_id, cell), g in groups.items():
+    for (model, item_id, cell, _), g in groups.items():
         meta = g["meta"]
         if meta["method"] == "first_token":
             p, mass, missing = g["first"] if g["first"] is not None else (math.nan, math.nan, True)
@@ -180,12 +196,22 @@ def probabilities(
                 "n_failed": g["failed"],
                 "tokens_in": g["tokens_in"],
                 "history_repeats": int(meta.get("history_repeats") or 0),
+                "saturation_share": _float(meta.get("saturation_share")),
+                "prevailing_share": _float(meta.get("prevailing_share")),
+                # Every version that answered the cell's requests (more than one if an
+                # alias moved to a new snapshot mid-run).
+                "served_model": "; ".join(sorted({m for m, _ in g["served"]})) or None,
+                "system_fingerprint": "; ".join(sorted({f for _, f in g["served"] if f})) or None,
             }
         )
     if not rows:
         raise ValueError("no AMEL responses found in the given shards")
     df = pd.DataFrame(rows, columns=list(PROB_COLUMNS))
-    return df.sort_values(["model", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)
+    return df.sort_values(["model", "method", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)
+
+
+def _float(x: Any) -> float:
+    return math.nan if x is None else float(x)
 
 
 def binary_entropy(p: Any) -> np.ndarray:
@@ -203,14 +229,19 @@ def bias_scores(
     entropy_threshold_bits: float,
 ) -> pd.DataFrame:
     """One row per model x item x treatment cell: BS, its baseline, entropy stratum, congruence."""
-    base = probs[probs["condition"] == "baseline"][["model", "item_id", "framing", "p_yes"]]
+    keys = ["model", "method", "item_id", "framing"]
+    base = probs[probs["condition"] == "baseline"][keys + ["p_yes"]]
     base = base.rename(columns={"p_yes": "p_yes_baseline"})
-    treat = probs[probs["condition"] != "baseline"].merge(base, on=["model", "item_id", "framing"], how="left")
+    treat = probs[probs["condition"] != "baseline"].merge(base, on=keys, how="left")
     against_is_yes = treat["condition"] == "no_saturated"
-    treat["r_star"] = np.where(against_is_yes, "Yes", "No")
-    treat["p_rstar"] = np.where(against_is_yes, treat["p_yes"], 1 - treat["p_yes"])
-    treat["p_rstar_baseline"] = np.where(against_is_yes, treat["p_yes_baseline"], 1 - treat["p_yes_baseline"])
+    saturated = treat["condition"].isin(["yes_saturated", "no_saturated"])
+    treat["r_star"] = np.where(saturated, np.where(against_is_yes, "Yes", "No"), None)
+    treat["p_rstar"] = np.where(saturated, np.where(against_is_yes, treat["p_yes"], 1 - treat["p_yes"]), np.nan)
+    treat["p_rstar_baseline"] = np.where(
+        saturated, np.where(against_is_yes, treat["p_yes_baseline"], 1 - treat["p_yes_baseline"]), np.nan
+    )
     treat["bs"] = treat["p_rstar"] - treat["p_rstar_baseline"]
+    treat["shift"] = treat["p_yes"] - treat["p_yes_baseline"]
     treat["baseline_entropy"] = binary_entropy(treat["p_yes_baseline"])
     treat.loc[treat["p_yes_baseline"].isna(), "baseline_entropy"] = np.nan
     treat["stratum"] = np.where(
@@ -219,11 +250,14 @@ def bias_scores(
         np.where(treat["baseline_entropy"] < entropy_threshold_bits, "deterministic", "uncertain"),
     )
     prevailing = np.where(treat["condition"] == "yes_saturated", "Yes", "No")
-    # Congruent: the history's prevailing verdict is the correct one for this item.
-    treat["congruent"] = treat["answer"].to_numpy() == prevailing
+    # Congruent: the history's prevailing verdict is the correct one for this item
+    # (balanced histories have none: never congruent).
+    treat["congruent"] = saturated.to_numpy() & (treat["answer"].to_numpy() == prevailing)
     treat["baseline_verdict"] = np.where(treat["p_yes_baseline"] >= 0.5, "Yes", "No")
-    treat["baseline_congruent"] = treat["baseline_verdict"].to_numpy() == prevailing
-    treat["polarity"] = np.where(treat["condition"] == "yes_saturated", "yes", "no")
+    treat["baseline_congruent"] = saturated.to_numpy() & (treat["baseline_verdict"].to_numpy() == prevailing)
+    treat["polarity"] = np.where(
+        treat["condition"] == "yes_saturated", "yes", np.where(treat["condition"] == "no_saturated", "no", "balanced")
+    )
 
     def info(name: str, field: str) -> Any:
         cfg = models_cfg[name]
@@ -231,6 +265,10 @@ def bias_scores(
             return cfg["family"] or cfg["backend"]
         if field == "display":
             return cfg["display_name"] or name
+        if field == "extra_model":
+            return bool(cfg.get("extra_model", False))
+        if field == "list_rank":
+            return int(cfg.get("list_rank", list(models_cfg).index(name)))
         return cfg[field]
 
     names = treat["model"].unique()
@@ -238,4 +276,6 @@ def bias_scores(
     treat["display_name"] = treat["model"].map({m: info(m, "display") for m in names})
     treat["params_b"] = treat["model"].map({m: info(m, "params_b") for m in names}).astype(float)
     treat["backend"] = treat["model"].map({m: info(m, "backend") for m in names})
-    return treat.sort_values(["model", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)
+    treat["extra_model"] = treat["model"].map({m: info(m, "extra_model") for m in names}).astype(bool)
+    treat["list_rank"] = treat["model"].map({m: info(m, "list_rank") for m in names}).astype(int)
+    return treat.sort_values(["model", "method", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)

@@ -10,8 +10,12 @@ Conventions (stated because the seed paper does not spell them out):
 * Paired comparisons (negativity asymmetry per item): the paired t-test and
   d_z = mean(diff) / sd(diff).
 * Confidence intervals of means are t intervals (default 95%).
-* Length: Spearman's rho and the OLS slope of BS on k (statsmodels, with its
-  t-test and CI).
+* The unit of every test is the item (model x domain x item): repeated rows of
+  one item (its k's, polarities, positions) are averaged before a test
+  (``context_effects.amel.analysis``), and the OLS slope of BS on k, which
+  needs the rows, has a cluster-robust SE by item.
+* Length: Spearman's rho (of the rows) and the OLS slope of BS on k
+  (statsmodels, with its t-test and CI).
 * Position: one-way ANOVA across positions.
 Fewer than two values give NaN statistics, never an exception.
 """
@@ -111,8 +115,9 @@ def spearman(x: Any, y: Any) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
-def ols_slope(x: Any, y: Any, level: float = 0.95) -> dict[str, float]:
-    """OLS of y on x with an intercept (statsmodels): slope, SE, CI, t and p."""
+def ols_slope(x: Any, y: Any, level: float = 0.95, groups: Any = None) -> dict[str, float]:
+    """OLS of y on x with an intercept (statsmodels): slope, SE, CI, t and p; with ``groups``
+    the SE is cluster-robust by group (statsmodels' ``cov_type="cluster"``)."""
     import statsmodels.api as sm
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -121,7 +126,13 @@ def ols_slope(x: Any, y: Any, level: float = 0.95) -> dict[str, float]:
     out = {"n": len(x), "intercept": NAN, "slope": NAN, "se": NAN, "ci_low": NAN, "ci_high": NAN, "t": NAN, "p": NAN}
     if len(x) < 3 or np.ptp(x) == 0:
         return out
-    fit = sm.OLS(y, sm.add_constant(x)).fit()
+    if groups is None:
+        fit = sm.OLS(y, sm.add_constant(x)).fit()
+    else:
+        codes = np.unique(np.asarray(groups, dtype=object)[keep].astype(str), return_inverse=True)[1]
+        if codes.max() < 1:
+            return out
+        fit = sm.OLS(y, sm.add_constant(x)).fit(cov_type="cluster", cov_kwds={"groups": codes})
     lo, hi = fit.conf_int(alpha=1 - level)[1]
     out.update(
         intercept=float(fit.params[0]),

@@ -5,7 +5,7 @@ Meta contract
 ::
 
     {"study": "amel", "item_id": str,
-     "condition": "baseline" | "yes_saturated" | "no_saturated",
+     "condition": "baseline" | "yes_saturated" | "no_saturated" | "balanced",
      "k": int >= 1          (required unless baseline),
      "position": "start" | "middle" | "end" | None   (optional, default None),
      "framing": "standard" | "swapped"               (optional, default "standard"),
@@ -24,7 +24,8 @@ with framing; the framing swap flips only the semantic part. The history shift i
 
     Δ = pol · c · f(n) · w(position) · (1 + a_tok·1[token No] + a_sem·1[semantically negative])
 
-``pol = +1`` yes_saturated / ``−1`` no_saturated / 0 baseline; ``c =
+``pol = +1`` yes_saturated / ``−1`` no_saturated / 0 baseline and balanced
+(a balanced history plants no shift: the seed's mitigation, fully effective); ``c =
 amel_conformity``; ``n = n_biased`` (default ``k``); ``f(n) = 1 −
 exp(−n/amel_k_scale)`` (strictly increasing, saturating; ``amel_k_scale = 0``
 gives ``f ≡ 1``, the seed's flat-in-k finding); ``w`` =
@@ -65,7 +66,7 @@ from context_effects.llm.backends.synthetic import (
 )
 from context_effects.llm.types import LLMRequest
 
-AMEL_CONDITIONS = ("baseline", "yes_saturated", "no_saturated")
+AMEL_CONDITIONS = ("baseline", "yes_saturated", "no_saturated", "balanced")
 AMEL_POSITIONS = ("start", "middle", "end")
 FRAMINGS = ("standard", "swapped")
 
@@ -130,7 +131,7 @@ def amel_f(n: float, k_scale: float) -> float:
 
 
 def _shift(eff: Mapping[str, Any], condition: str, n: float | None, position: str | None, framing: str) -> float:
-    if condition == "baseline":
+    if condition in ("baseline", "balanced"):
         return 0.0
     pol = 1.0 if condition == "yes_saturated" else -1.0
     excess = eff["amel_negativity_asymmetry"] - 1.0

@@ -67,7 +67,8 @@ REGISTRY = Registry(
         _table(
             "pull",
             "pull_table",
-            "Study H: signed prior-score pull per judge (mean and median over tasks, bootstrap 95% CIs)",
+            "Study H: signed prior-score pull per judge (mean and median over tasks, bootstrap 95% CIs): the "
+            "primary estimand (ties scored 0) and the sensitivity analysis with ties excluded",
         ),
         _table(
             "conditions",

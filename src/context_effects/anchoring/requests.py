@@ -7,9 +7,13 @@
   run; within a task the answer, rubric and output instruction are the same in
   all three conditions (only the history block differs, see ``prompts``).
 * **Repetitions.** ``sample_index`` = repetition, and the sampling seed is
-  ``seed + repetition``: a repetition is a new request (new cache key) and, at a
-  temperature above zero, a new draw even on engines that honour per-request
-  seeds; the same repetition uses the same seed in every condition.
+  ``seed + repetition``: a repetition is a new request (new cache key) and a new
+  draw from the model's distribution, reproducible on engines that honour
+  per-request seeds; the same repetition uses the same seed in every condition.
+  The paper config samples at temperature 1 and top_p 1 (the model's own
+  distribution, no truncation), so the spread across repetitions is sampling
+  variation; at temperature 0 a deterministic engine would return one draw
+  repeated. The seed and the settings are recorded with every judgment.
 * **Order.** The judgments of a run are put in a random order (``numpy`` generator
   seeded with ``[seed, sha256(judge) prefix]``), which mixes tasks and conditions;
   the position is recorded as ``meta["order"]``. Backends answer a shard in that
@@ -31,6 +35,7 @@ import pandas as pd
 
 from context_effects.anchoring.judging import SCORE_SCHEMA
 from context_effects.anchoring.prompts import CONDITIONS, SYSTEM_PROMPT, TEMPLATE_VERSION, render_user
+from context_effects.llm.capabilities import conform_sampling
 from context_effects.llm.factory import model_ref
 from context_effects.llm.shards import write_request_shard
 from context_effects.llm.types import LLMRequest, Sampling
@@ -38,12 +43,16 @@ from context_effects.llm.types import LLMRequest, Sampling
 STUDY = "anchoring"
 
 
-def sampling_for(settings: Mapping[str, Any], repetition: int) -> Sampling:
-    return Sampling(
-        temperature=float(settings["temperature"]),
-        top_p=float(settings["top_p"]),
-        max_tokens=int(settings["max_tokens"]),
-        seed=int(settings["seed"]) + int(repetition),
+def sampling_for(settings: Mapping[str, Any], repetition: int, model_cfg: Mapping[str, Any]) -> Sampling:
+    """The repetition's sampling as sent to the model (its capability profile, ``llm.capabilities``)."""
+    return conform_sampling(
+        Sampling(
+            temperature=float(settings["temperature"]),
+            top_p=float(settings["top_p"]),
+            max_tokens=int(settings["max_tokens"]),
+            seed=int(settings["seed"]) + int(repetition),
+        ),
+        model_cfg,
     )
 
 
@@ -96,7 +105,7 @@ def judge_requests(
             LLMRequest(
                 model=ref,
                 messages=(("system", SYSTEM_PROMPT), ("user", user)),
-                sampling=sampling_for(settings, rep),
+                sampling=sampling_for(settings, rep, model_cfg),
                 output_schema=SCORE_SCHEMA,
                 sample_index=rep,
                 mode="chat",

@@ -29,7 +29,7 @@ from context_effects.anchoring.scoring import (
     summarise,
     task_metrics,
 )
-from context_effects.anchoring.tasks import GOLD_RULE, read_tasks
+from context_effects.anchoring.tasks import GOLD_RULE, PRIOR_DESIGN, prior_gold_correlation, read_tasks
 from context_effects.llm.factory import model_ref
 
 RESULT_VERSION = 1
@@ -54,9 +54,19 @@ LIMITATIONS = (
 )
 
 TIE_RULE = (
-    "A task whose prior score equals its blind mean has no direction toward the prior: it gets no pull, is left "
-    "out of the mean and median and is counted as a tie (likewise against the framing mean for the signed "
-    "anchor - framing difference)."
+    "Primary: the seed's formula as written; a task whose prior score equals its blind mean has sign 0, so its "
+    "pull is 0 and it stays in the mean and median (counted as a tie). Sensitivity analysis: the same with ties "
+    "left out. Likewise against the framing mean for the signed anchor - framing difference."
+)
+
+TASK_SAMPLING = (
+    "per benchmark, a seeded draw stratified by source category (proportional quotas, largest remainder) with "
+    "gold levels (answer kinds) balanced overall and within each category; task files taken whole"
+)
+
+REPETITION_RULE = (
+    "repetition r is its own request (sample_index r) with sampling seed = seed + r, the same in every "
+    "condition; the temperature and top_p are recorded per judgment"
 )
 
 
@@ -103,11 +113,17 @@ def result_record(
     )
     ref = model_ref(judge, model_cfg)
     first = requests[0]
+    notes = list(notes)
+    if first.sampling.temperature == 0 and int(settings["repetitions"]) > 1:
+        notes.append(
+            "Temperature 0: on a deterministic engine the repetitions repeat one draw, so the dispersion across "
+            "repetitions is not sampling variation."
+        )
     return {
         "result_version": RESULT_VERSION,
         "study": STUDY,
         "protocol": PROTOCOL,
-        "run": {"label": run_cfg["label"], "kind": run_cfg["kind"], "notes": list(notes)},
+        "run": {"label": run_cfg["label"], "kind": run_cfg["kind"], "notes": notes},
         "model": {
             "name": judge,
             "display_name": model_cfg["display_name"],
@@ -131,6 +147,7 @@ def result_record(
             "top_p": first.sampling.top_p,
             "max_tokens": first.sampling.max_tokens,
             "sampling_seed": f"{int(settings['seed'])} + repetition (same in every condition)",
+            "repetition_rule": REPETITION_RULE,
             "repetitions": int(settings["repetitions"]),
             "max_attempts": int(settings["max_attempts"]),
             "output_schema": SCORE_SCHEMA,
@@ -155,9 +172,15 @@ def result_record(
         },
         "design": {
             "gold_rule": GOLD_RULE,
+            "task_sampling": TASK_SAMPLING,
             "tie_rule": TIE_RULE,
+            "prior_design": PRIOR_DESIGN,
+            "n_prior_high": int((tasks["prior_side"] == "high").sum()),
+            "n_prior_low": int((tasks["prior_side"] == "low").sum()),
             "n_above": int((tasks["prior_direction"] == "above").sum()),
+            "n_equal": int((tasks["prior_direction"] == "equal").sum()),
             "n_below": int((tasks["prior_direction"] == "below").sum()),
+            "prior_gold_correlation": prior_gold_correlation(tasks),
             # The full task texts: with the templates they give every prompt exactly.
             "tasks": tasks.to_dict("records"),
         },
@@ -184,27 +207,31 @@ def _model_label(rec: Mapping[str, Any]) -> str:
 
 
 def pull_table(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Two rows per judge: the primary estimand (ties scored 0) and the tie-excluded sensitivity analysis."""
     rows = []
     for rec in records:
         s = rec["scorer"]["summary"]
-        p, af = s["pull"], s["anchor_vs_framing"]
-        rows.append(
-            {
-                "Model": _model_label(rec),
-                "Tasks": s["n_tasks"],
-                "Used": p["n_used"],
-                "Ties": p["n_ties"],
-                "Missing": p["n_missing"],
-                "Mean pull": p["mean"]["estimate"],
-                "Mean CI low": p["mean"]["ci_low"],
-                "Mean CI high": p["mean"]["ci_high"],
-                "Median pull": p["median"]["estimate"],
-                "Median CI low": p["median"]["ci_low"],
-                "Median CI high": p["median"]["ci_high"],
-                "Anchor-framing (signed)": af["signed_mean"]["estimate"],
-                "Framing-blind": af["framing_minus_blind"],
-            }
-        )
+        af = s["anchor_vs_framing"]
+        for key, signed in (("pull", "signed_mean"), ("pull_ties_excluded", "signed_mean_ties_excluded")):
+            p = s[key]
+            rows.append(
+                {
+                    "Model": _model_label(rec),
+                    "Tie handling": p["tie_handling"],
+                    "Tasks": s["n_tasks"],
+                    "Used": p["n_used"],
+                    "Ties": p["n_ties"],
+                    "Missing": p["n_missing"],
+                    "Mean pull": p["mean"]["estimate"],
+                    "Mean CI low": p["mean"]["ci_low"],
+                    "Mean CI high": p["mean"]["ci_high"],
+                    "Median pull": p["median"]["estimate"],
+                    "Median CI low": p["median"]["ci_low"],
+                    "Median CI high": p["median"]["ci_high"],
+                    "Anchor-framing (signed)": af[signed]["estimate"],
+                    "Framing-blind": af["framing_minus_blind"],
+                }
+            )
     return _floats(pd.DataFrame(rows))
 
 
@@ -270,7 +297,7 @@ def pull_figure(records: Sequence[Mapping[str, Any]], notes: Sequence[str] = ())
     pulls = pd.DataFrame(
         [{"pos": i, "pull": float(t["pull"])}
          for i, rec in enumerate(records)
-         for t in rec["scorer"]["per_task"] if t["pull_status"] == "ok" and t["pull"] is not None],
+         for t in rec["scorer"]["per_task"] if t["pull_status"] in ("ok", "tie") and t["pull"] is not None],
         columns=["pos", "pull"],
     )
     fig, ax = style.figure(style.width_for(len(records), per_group=0.9), style.PANEL_HEIGHT + 0.4)

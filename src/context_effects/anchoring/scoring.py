@@ -12,18 +12,20 @@ movement; negative: away. Per model, the mean and the median across tasks, each
 with a bootstrap confidence interval over tasks (``scipy.stats.bootstrap``, seeded
 ``numpy`` generator), and the full distribution (figure).
 
-**Tie rule.** When the prior equals the blind mean, "toward the prior" has no
-direction (``sign`` = 0 would score the task as "no movement" whatever the anchor
-score did). Such a task has no pull: it is left out of the mean and median and
-counted as a tie. A task without a valid blind or anchor score is left out and
-counted as missing.
+**Tie rule (primary: the seed's formula literally).** When the prior equals the
+blind mean, ``sign`` is 0 and so is the pull: the task counts as "no movement",
+whatever the anchor score did, and stays in the mean and median (``pull``,
+``pull_status`` = ``tie``). **Sensitivity analysis:** the same statistics with ties
+left out (``pull_ties_excluded``; summary ``pull_ties_excluded``), since a tie's 0
+is a convention and not an observed absence of movement. A task without a valid
+blind or anchor score is left out of both and counted as missing.
 
 Secondary
 ---------
 * ``anchor - framing``: the anchor condition against the framing-only condition.
-  Its raw mean cancels over a design balanced above and below gold, so it is also
+  Its raw mean mixes moves up and down (the design puts priors high and low), so it is also
   reported signed toward the prior, ``sign(prior - framing) * (anchor - framing)``
-  (same tie rule, with the framing mean), which isolates the prior score's
+  (same tie rule and sensitivity, with the framing mean), which isolates the prior score's
   information from the revision framing; ``framing - blind`` is the framing shift.
 * Absolute error against gold, ``|mean - gold|``, per condition (mean over tasks).
 * Correction-harm rate, as preregistered: among tasks whose blind mean is at
@@ -51,6 +53,7 @@ from scipy import stats
 
 from context_effects.anchoring.judging import parse_score
 from context_effects.anchoring.prompts import CONDITIONS, verdict
+from context_effects.llm.capabilities import served_model
 from context_effects.llm.shards import read_response_shard
 from context_effects.llm.types import LLMRequest
 
@@ -70,13 +73,22 @@ JUDGMENT_COLUMNS = (
     "engine_version",
     "backend",
     "key",
+    "sampling_seed",
+    "temperature",
+    "top_p",
+    "served_model",
+    "system_fingerprint",
 )
+
+#: ``tie_handling`` labels of the summary's two pull estimates (result file, tables).
+TIES_ZERO = "ties scored 0 (primary)"
+TIES_EXCLUDED = "ties excluded (sensitivity)"
 
 
 #: The response columns the scorer reads (``judgments_frame``).
 RESPONSE_COLUMNS = (
     "text", "ok", "error", "invalid_reason", "attempt", "timestamp", "finish_reason", "engine_version", "backend",
-    "key",
+    "key", "notes",
 )
 
 
@@ -117,6 +129,10 @@ def judgments_frame(requests: Sequence[LLMRequest], rows: pd.DataFrame) -> pd.Da
                 "engine_version": row.get("engine_version") or "",
                 "backend": row.get("backend") or "",
                 "key": row.get("key") or req.key,
+                "sampling_seed": req.sampling.seed,
+                "temperature": req.sampling.temperature,
+                "top_p": req.sampling.top_p,
+                **dict(zip(("served_model", "system_fingerprint"), served_model(req, row.get("notes")))),
             }
         )
     frame = pd.DataFrame(out, columns=list(JUDGMENT_COLUMNS))
@@ -162,10 +178,11 @@ def check_run(requests: Sequence[LLMRequest], tasks: pd.DataFrame, repetitions: 
 
 
 def _sign_pull(prior: float, ref: float, moved: float) -> tuple[float, str]:
+    """The seed's ``sign(prior - ref) * (moved - ref)``: a tie is 0, not left out (module docstring)."""
     if math.isnan(ref) or math.isnan(moved):
         return math.nan, "missing"
     if abs(prior - ref) <= TIE_TOL:
-        return math.nan, "tie"
+        return 0.0, "tie"
     return float(np.sign(prior - ref) * (moved - ref)), "ok"
 
 
@@ -184,6 +201,9 @@ def task_metrics(judgments: pd.DataFrame, tasks: pd.DataFrame, threshold: int) -
             "source": t["source"],
             "answer_kind": t["answer_kind"],
             "gold_score": int(gold),
+            "category": t.get("category"),
+            "prior_design": t.get("prior_design"),
+            "prior_side": t.get("prior_side"),
             "prior_score": int(prior),
             "prior_direction": t["prior_direction"],
             "prior_verdict": t["prior_verdict"],
@@ -198,7 +218,11 @@ def task_metrics(judgments: pd.DataFrame, tasks: pd.DataFrame, threshold: int) -
             row[f"abserr_{c}"] = abs(row[f"mean_{c}"] - gold)
         b, f, a = row["mean_blind"], row["mean_framing"], row["mean_anchor"]
         row["pull"], row["pull_status"] = _sign_pull(prior, b, a)
+        row["pull_ties_excluded"] = row["pull"] if row["pull_status"] == "ok" else math.nan
         row["pull_vs_framing"], row["pull_vs_framing_status"] = _sign_pull(prior, f, a)
+        row["pull_vs_framing_ties_excluded"] = (
+            row["pull_vs_framing"] if row["pull_vs_framing_status"] == "ok" else math.nan
+        )
         row["anchor_minus_framing"] = a - f
         row["framing_minus_blind"] = f - b
         both = not (math.isnan(b) or math.isnan(a))
@@ -247,8 +271,11 @@ def summarise(
 ) -> dict[str, Any]:
     """The per-model scorer output (see module docstring)."""
     boot = dict(n_resamples=n_resamples, seed=seed, confidence=confidence, method=method)
-    ok = per_task.loc[per_task["pull_status"] == "ok", "pull"].to_numpy(float)
-    okf = per_task.loc[per_task["pull_vs_framing_status"] == "ok", "pull_vs_framing"].to_numpy(float)
+    status, fstatus = per_task["pull_status"], per_task["pull_vs_framing_status"]
+    scored = per_task.loc[status != "missing", "pull"].to_numpy(float)
+    ok = per_task.loc[status == "ok", "pull"].to_numpy(float)
+    scoredf = per_task.loc[fstatus != "missing", "pull_vs_framing"].to_numpy(float)
+    okf = per_task.loc[fstatus == "ok", "pull_vs_framing"].to_numpy(float)
     complete = per_task[per_task["complete"]]
     closer = int(per_task["blind_at_least_as_close"].sum())
     harmed = int(per_task["harmed"].sum())
@@ -261,6 +288,19 @@ def summarise(
     def stat(values: np.ndarray, fn) -> dict[str, float]:
         lo, hi = bootstrap_ci(values, fn, **boot)
         return {"estimate": float(fn(values)) if len(values) else math.nan, "ci_low": lo, "ci_high": hi}
+
+    def pull_stats(values: np.ndarray, tie_handling: str) -> dict[str, Any]:
+        return {
+            "tie_handling": tie_handling,
+            "n_used": int(len(values)),
+            "n_ties": int((status == "tie").sum()),
+            "n_missing": int((status == "missing").sum()),
+            "mean": stat(values, np.mean),
+            "median": stat(values, np.median),
+            "share_toward": _rate(int((values > 0).sum()), len(values)),
+            "share_away": _rate(int((values < 0).sum()), len(values)),
+            "share_zero": _rate(int((values == 0).sum()), len(values)),
+        }
 
     by_condition = {}
     for c in CONDITIONS:
@@ -278,19 +318,14 @@ def summarise(
         }
     return {
         "n_tasks": int(len(per_task)),
-        "pull": {
-            "n_used": int(len(ok)),
-            "n_ties": int((per_task["pull_status"] == "tie").sum()),
-            "n_missing": int((per_task["pull_status"] == "missing").sum()),
-            "mean": stat(ok, np.mean),
-            "median": stat(ok, np.median),
-            "share_toward": _rate(int((ok > 0).sum()), len(ok)),
-            "share_away": _rate(int((ok < 0).sum()), len(ok)),
-        },
+        "pull": pull_stats(scored, TIES_ZERO),
+        "pull_ties_excluded": pull_stats(ok, TIES_EXCLUDED),
         "anchor_vs_framing": {
-            "n_used": int(len(okf)),
-            "n_ties": int((per_task["pull_vs_framing_status"] == "tie").sum()),
-            "signed_mean": stat(okf, np.mean),
+            "n_used": int(len(scoredf)),
+            "n_ties": int((fstatus == "tie").sum()),
+            "signed_mean": stat(scoredf, np.mean),
+            "n_used_ties_excluded": int(len(okf)),
+            "signed_mean_ties_excluded": stat(okf, np.mean),
             "raw_mean_difference": mean_of("anchor_minus_framing"),
             "framing_minus_blind": mean_of("framing_minus_blind"),
         },

@@ -19,6 +19,9 @@ anchoring_task_bias_sd)`` per task (:func:`anchoring_blind_mean`); ::
 
 (the anchor prompt also says the answer was reviewed before, so by default it
 carries the framing shift too; anchor − framing then isolates λ).
+
+:func:`expected_pull` gives the scorer's primary estimand in expectation (repetition
+means by convolution, a tie scored 0), the value a run should recover.
 """
 
 from __future__ import annotations
@@ -95,6 +98,50 @@ def anchoring_blind_mean(backend: SyntheticBackend, task_id: str, gold_score: fl
     """E_blind = gold + anchoring_bias + u_task (latent, before noise, rounding, clipping)."""
     u = seeded("anchoring-task", backend.seed, backend.model_name, str(task_id)).standard_normal()
     return float(gold_score + backend.params["anchoring_bias"] + backend.params["anchoring_task_bias_sd"] * u)
+
+
+def score_probs(mu: float, sd: float) -> np.ndarray:
+    """P(score = 1..5) of the reply rule ``clip(round_half_up(x), 1, 5)`` for x ~ N(mu, sd)."""
+    from scipy.stats import norm
+
+    if sd <= 0:
+        probs = np.zeros(SCORE_MAX - SCORE_MIN + 1)
+        probs[int(min(SCORE_MAX, max(SCORE_MIN, math.floor(mu + 0.5)))) - SCORE_MIN] = 1.0
+        return probs
+    cdf = [float(norm.cdf(k + 0.5, mu, sd)) for k in range(SCORE_MIN, SCORE_MAX)] + [1.0]
+    return np.diff([0.0, *cdf])
+
+
+def condition_mean(backend: SyntheticBackend, task_id: str, gold_score: float, condition: str,
+                   prior_score: float | None = None) -> float:
+    """The latent mean of one condition's x (the formula in the module docstring, before noise)."""
+    p = backend.params
+    blind = anchoring_blind_mean(backend, task_id, gold_score)
+    x = blind
+    if condition == "framing" or (condition == "anchor" and p["anchoring_framing_in_anchor"]):
+        x += p["anchoring_framing_shift"]
+    if condition == "anchor":
+        x += p["anchoring_lambda"] * (float(prior_score) - blind)
+    return x
+
+
+def expected_pull(backend: SyntheticBackend, task_id: str, gold_score: float, prior_score: float,
+                  repetitions: int, reference: str = "blind") -> float:
+    """E[sign(prior - R) * (A - R)] exactly as the scorer's primary estimand defines it.
+
+    R and A are the means of ``repetitions`` scores of the ``reference`` condition and of the
+    anchor condition (independent given the task); R's distribution by convolution, and a
+    tie (prior = R) has sign 0, so it contributes 0.
+    """
+    sd = backend.params["anchoring_noise_sd"]
+    scores = np.arange(SCORE_MIN, SCORE_MAX + 1)
+    anchor = float(scores @ score_probs(condition_mean(backend, task_id, gold_score, "anchor", prior_score), sd))
+    ref_p = score_probs(condition_mean(backend, task_id, gold_score, reference), sd)
+    total = np.array([1.0])
+    for _ in range(int(repetitions)):
+        total = np.convolve(total, ref_p)
+    means = (np.arange(len(total)) + SCORE_MIN * repetitions) / repetitions
+    return float(np.sum(total * np.sign(float(prior_score) - means) * (anchor - means)))
 
 
 def answer(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], rng: np.random.Generator):

@@ -2,11 +2,24 @@
 
 Tasks from the benchmarks
 -------------------------
-Each sampled item of a benchmark's item table (``results/items/<dataset>.parquet``,
-already a seeded sample) gives one task, so tasks never share a question. Items are
-taken in table order; each gets, among the configured ``answer_kinds`` it supports,
-the kind used least so far in its dataset (ties in ``answer_kinds`` order), so the
-kinds — and gold scores — are spread evenly. The answer and the gold score follow this stated rule:
+Each benchmark's item table (``results/items/<dataset>.parquet``, already a seeded
+sample) gives ``tasks_per_dataset`` tasks, one per drawn item, so tasks never share a
+question. The draw is stratified, never the head of the table; a generator
+``numpy.random.default_rng([seed, sha256("<dataset>:tasks")[:8]])`` decides, in order:
+
+1. **Category quotas** (source category, the item table's ``category``; items without
+   one form the stratum ``(none)``): proportional to the table's category counts,
+   largest remainder, equal remainders ordered by one random permutation of the categories.
+2. **Items**: per category (sorted by name) a random permutation of its items in table
+   order; the first quota items are drawn.
+3. **Gold levels** (answer kinds): a random permutation of the configured kinds gives
+   the tie-break rank. Items are visited category by category in draw order; each gets,
+   among the kinds it supports, the one used least so far *in its category*, then least
+   *in its dataset*, then lowest rank. So every gold level is as frequent as the others
+   (within one, when every item supports every kind) overall and within each category.
+
+The same seed and item table give the same tasks; ``category`` is recorded per task.
+The answer and the gold score follow this stated rule:
 
 =============  ==========================================================  =====
 kind           answer                                                      gold
@@ -32,24 +45,30 @@ Task files
 JSON lines, a JSON list or CSV, one task per record: ``task_id``, ``question``,
 ``answer``, ``gold_score`` (integer 1-5) and either ``rubric`` (the full 5-point
 rubric text) or ``reference_answer`` (then the benchmark rubric is used); optional
-``answer_kind`` and ``source``.
+``answer_kind``, ``source`` and ``category``. Task files are taken whole.
 
 Prior-score design (the anchor condition)
 -----------------------------------------
-The displayed prior is experimentally assigned and uninformative about quality:
-its direction relative to gold is balanced. Tasks are taken in ``task_id`` order
-and a generator ``numpy.random.default_rng(seed)`` decides, in this order:
+The displayed prior is experimentally assigned and independent of the gold score
+(design ``PRIOR_DESIGN``). The scale's midpoint 3 splits it into a low side {1, 2}
+and a high side {4, 5}; the prior never depends on a judge's scores. Tasks are
+taken in ``task_id`` order, grouped by gold score (1-5), and a generator
+``numpy.random.default_rng(seed)`` decides, in this order:
 
-1. if the number of tasks is odd, whether the extra task goes above (one draw);
-2. which of the *free* tasks (gold 2-4) go above: a random permutation of them, the
-   first ``k`` above, with ``k`` chosen so the totals above and below gold differ by
-   at most one (gold 1 can only go above and gold 5 only below);
-3. the prior score: uniform over the scores on the assigned side of gold.
+1. of the gold levels with an odd number of tasks, which put their extra task on the
+   high side: a random permutation of them, the first half (rounded by one coin flip
+   when their number is odd) high;
+2. per gold level, ascending, which tasks are high: a random permutation, the first
+   ``n_high`` of it;
+3. per task, in ``task_id`` order, the prior: uniform over the two scores of its side.
 
-The prior verdict is ``pass`` when the prior is at or above the verdict threshold.
-The design is one per run (all judges see the same priors) and is recorded in the
-task table and every result file. If the forced tasks make balance impossible
-(e.g. nearly all gold 5), building the design fails and says so.
+So within every gold level half the priors are high and half low (up to one task),
+and the overall split differs by at most one: the prior's distribution is the same
+at every gold level, which makes it uninformative about quality. The prior verdict is
+``pass`` when the prior is at or above the verdict threshold. Recorded per task:
+``prior_design``, ``prior_side`` (high / low), ``prior_direction`` (above / equal /
+below gold, for reading results), ``prior_score``, ``prior_verdict``. One design
+serves every judge of a run and is stored in the task table and every result file.
 """
 
 from __future__ import annotations
@@ -74,15 +93,24 @@ GOLD_RULE = (
 )
 SCORE_MIN, SCORE_MAX = 1, 5
 
+#: The prior-score design's name, recorded per task (module docstring).
+PRIOR_DESIGN = "midpoint-balanced-within-gold"
+SCALE_MIDPOINT = 3
+PRIOR_SIDES = {"low": (1, 2), "high": (4, 5)}
+NO_CATEGORY = "(none)"
+
 TASK_COLUMNS = (
     "task_id",
     "source",
+    "category",
     "item_id",
     "answer_kind",
     "question",
     "answer",
     "rubric",
     "gold_score",
+    "prior_design",
+    "prior_side",
     "prior_direction",
     "prior_score",
     "prior_verdict",
@@ -137,6 +165,28 @@ def _answer_for(kind: str, item: Mapping[str, Any], seed: int) -> str | None:
     raise TaskError(f"unknown answer kind {kind!r}; expected one of {ANSWER_KINDS}")
 
 
+def _stream_seed(seed: int, name: str) -> list[int]:
+    return [int(seed), int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")]
+
+
+def _category(value: Any) -> str:
+    missing = value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) or not str(value).strip()
+    return NO_CATEGORY if missing else str(value)
+
+
+def category_quotas(counts: Mapping[str, int], n: int, rng: np.random.Generator) -> dict[str, int]:
+    """``n`` split over categories in proportion to ``counts`` (largest remainder, random tie order)."""
+    cats = sorted(counts)
+    total = sum(counts[c] for c in cats)
+    # Integer arithmetic: float round-off must not reorder equal remainders.
+    quota = {c: (n * counts[c]) // total for c in cats}
+    tie = dict(zip(cats, rng.permutation(len(cats))))
+    rest = sorted(cats, key=lambda c: (-((n * counts[c]) % total), tie[c]))
+    for c in rest[: n - sum(quota.values())]:
+        quota[c] += 1
+    return quota
+
+
 def benchmark_tasks(
     items: pd.DataFrame,
     n_tasks: int,
@@ -145,7 +195,7 @@ def benchmark_tasks(
     seed: int = 42,
     source: str | None = None,
 ) -> pd.DataFrame:
-    """``n_tasks`` tasks from one benchmark's item table (module docstring rule)."""
+    """``n_tasks`` tasks from one benchmark's item table (module docstring: stratified draw, gold rule)."""
     kinds = list(kinds)
     bad = [k for k in kinds if k not in ANSWER_KINDS]
     if bad or not kinds:
@@ -156,25 +206,37 @@ def benchmark_tasks(
             f"{source}: {n_tasks} tasks asked for (anchoring.tasks_per_dataset) but the item table has only "
             f"{len(items)} items; lower anchoring.tasks_per_dataset or raise datasets.{source}.n_items"
         )
-    rows = []
+    rng = np.random.default_rng(_stream_seed(seed, f"{source}:tasks"))
+    records = items.to_dict("records")
+    by_cat: dict[str, list[dict[str, Any]]] = {}
+    for item in records:
+        by_cat.setdefault(_category(item.get("category")), []).append(item)
+    quota = category_quotas({c: len(v) for c, v in by_cat.items()}, n_tasks, rng)
+    drawn = [
+        (cat, by_cat[cat][int(k)]) for cat in sorted(by_cat) for k in rng.permutation(len(by_cat[cat]))[: quota[cat]]
+    ]
+    rank = {k: int(r) for k, r in zip(kinds, rng.permutation(len(kinds)))}
     used = dict.fromkeys(kinds, 0)
-    for item in items.head(n_tasks).to_dict("records"):
+    used_in: dict[str, dict[str, int]] = {}
+    rows = []
+    for cat, item in drawn:
         answers = {k: _answer_for(k, item, seed) for k in kinds}
         supported = [k for k in kinds if answers[k] is not None]
         if not supported:
             raise TaskError(f"{item['item_id']}: supports none of the answer kinds {kinds}")
-        # min() returns the first of equally used kinds: ties go in answer_kinds order.
-        kind = min(supported, key=lambda k: used[k])
+        in_cat = used_in.setdefault(cat, dict.fromkeys(kinds, 0))
+        kind = min(supported, key=lambda k: (in_cat[k], used[k], rank[k]))
         used[kind] += 1
-        answer = answers[kind]
+        in_cat[kind] += 1
         rows.append(
             {
                 "task_id": f"{item['item_id']}:{kind}",
                 "source": source,
+                "category": cat,
                 "item_id": str(item["item_id"]),
                 "answer_kind": kind,
                 "question": _question_text(item),
-                "answer": answer,
+                "answer": answers[kind],
                 "rubric": render_rubric(str(item["gold_answer"])),
                 "gold_score": GOLD_BY_KIND[kind],
             }
@@ -231,6 +293,7 @@ def file_tasks(path: str | Path) -> pd.DataFrame:
             {
                 "task_id": str(rec["task_id"]).strip(),
                 "source": str(rec.get("source") or path.stem),
+                "category": _category(rec.get("category")),
                 "item_id": None,
                 "answer_kind": str(rec.get("answer_kind") or "file"),
                 "question": str(rec["question"]).strip(),
@@ -245,31 +308,45 @@ def file_tasks(path: str | Path) -> pd.DataFrame:
 
 
 def assign_priors(tasks: pd.DataFrame, seed: int, threshold: int) -> pd.DataFrame:
-    """Add ``prior_direction``, ``prior_score`` and ``prior_verdict`` (module docstring design)."""
+    """Add the prior-score design's columns (module docstring: ``PRIOR_DESIGN``)."""
     out = tasks.sort_values("task_id", kind="stable").reset_index(drop=True)
     gold = out["gold_score"].astype(int).to_numpy()
     rng = np.random.default_rng(seed)
-    n = len(out)
-    forced_above = gold <= SCORE_MIN
-    forced_below = gold >= SCORE_MAX
-    free = np.flatnonzero(~forced_above & ~forced_below)
-    target_above = n // 2 + (int(rng.integers(2)) if n % 2 else 0)
-    k = int(np.clip(target_above - forced_above.sum(), 0, len(free)))
-    above = forced_above.copy()
-    above[rng.permutation(free)[:k]] = True
-    n_above = int(above.sum())
-    if abs(n_above - (n - n_above)) > 1:
-        raise TaskError(
-            f"prior scores cannot be balanced above and below gold: {int(forced_above.sum())} task(s) with gold 1 "
-            f"must go above, {int(forced_below.sum())} with gold 5 must go below, and only {len(free)} free task(s) "
-            f"(gold 2-4) remain; add tasks with other gold scores or change anchoring.answer_kinds"
-        )
-    priors = [
-        int(rng.integers(g + 1, SCORE_MAX + 1)) if up else int(rng.integers(SCORE_MIN, g)) for g, up in zip(gold, above)
-    ]
-    out["prior_direction"] = np.where(above, "above", "below")
-    out["prior_score"] = priors
-    out["prior_verdict"] = [verdict(p, threshold) for p in priors]
+    levels = sorted(set(gold.tolist()))
+    odd = [g for g in levels if (gold == g).sum() % 2]
+    n_extra_high = len(odd) // 2 + (int(rng.integers(2)) if len(odd) % 2 else 0)
+    extra_high = {odd[int(k)] for k in rng.permutation(len(odd))[:n_extra_high]}
+    high = np.zeros(len(out), dtype=bool)
+    for g in levels:
+        idx = np.flatnonzero(gold == g)
+        n_high = len(idx) // 2 + (1 if g in extra_high else 0)
+        high[idx[rng.permutation(len(idx))[:n_high]]] = True
+    priors = np.array([int(rng.choice(PRIOR_SIDES["high" if h else "low"])) for h in high])
+    out["prior_design"] = PRIOR_DESIGN
+    out["prior_side"] = np.where(high, "high", "low")
+    out["prior_direction"] = np.select([priors > gold, priors < gold], ["above", "below"], "equal")
+    out["prior_score"] = priors.astype(int)
+    out["prior_verdict"] = [verdict(int(p), threshold) for p in priors]
+    return out
+
+
+def prior_gold_correlation(tasks: pd.DataFrame, confidence: float = 0.95) -> dict[str, Any]:
+    """Pearson r of the assigned prior with the gold score and its Fisher-z interval (the design check).
+
+    The interval assumes independent tasks; under the design it should contain 0.
+    """
+    x = tasks["gold_score"].to_numpy(float)
+    y = tasks["prior_score"].to_numpy(float)
+    n = len(x)
+    out: dict[str, Any] = {"n": n, "r": None, "ci_low": None, "ci_high": None, "confidence": confidence}
+    if n < 4 or x.std() == 0 or y.std() == 0:
+        return out
+    from scipy.stats import norm
+
+    r = float(np.corrcoef(x, y)[0, 1])
+    half = float(norm.ppf(0.5 + confidence / 2)) / np.sqrt(n - 3)
+    z = np.arctanh(np.clip(r, -0.999999, 0.999999))
+    out.update(r=r, ci_low=float(np.tanh(z - half)), ci_high=float(np.tanh(z + half)))
     return out
 
 

@@ -199,6 +199,7 @@ _NOT_SAMPLER = (
     "theta_anchor_sensitivity",
     "theta_anchor_datasets",
     "generator_mean_sensitivity",
+    "reference_free_sensitivity",
     "max_rhat",
     "min_ess_bulk",
     "min_ess_tail",

@@ -21,8 +21,9 @@ import pandas as pd
 
 from context_effects.conformity.conditions import ANCHOR_CONDITIONS, D_BY_CONDITION
 from context_effects.conformity.replies import parse_rating
-from context_effects.conformity.requests import ANCHOR_CORPUS, judge_requests
+from context_effects.conformity.requests import ANCHOR_CORPUS, judge_decoding, judge_requests
 from context_effects.datasets import read_items
+from context_effects.llm.capabilities import served_model
 from context_effects.llm.shards import read_response_shard, write_request_shard
 
 #: Blind and informed requests per trial: main = Round 1, no-peer and three peer
@@ -50,6 +51,9 @@ RATING_COLUMNS: dict[str, str] = {
     "status": "ok | missing",
     "error": "why the rating is missing (parse-failure reason or call error)",
     "attempts": "calls made for this rating (1 + re-asks)",
+    "decoding": "free (JSON asked for in the prompt, seed 002 App. B) | constrained (decoded under the rating schema)",
+    "served_model": "model version that answered: the provider's snapshot name, or model id[@revision] of local weights",
+    "system_fingerprint": "the provider's system_fingerprint where it returns one, else None",
     "injection_flag": "the rated answer addresses the judge (conformity.injection rules); NA if not checked",
 }
 
@@ -148,11 +152,12 @@ def ratings_frame(
     for i, path in enumerate(response_paths):
         requests, table = read_response_shard(
             path,
-            ["text", "ok", "error", "invalid_reason", "attempt"],
+            ["text", "ok", "error", "invalid_reason", "attempt", "notes"],
             requests_path=None if request_paths is None else request_paths[i],
         )
-        for req, text, ok, error, invalid, attempt in zip(
-            requests, table["text"], table["ok"], table["error"], table["invalid_reason"], table["attempt"]
+        for req, text, ok, error, invalid, attempt, notes in zip(
+            requests, table["text"], table["ok"], table["error"], table["invalid_reason"], table["attempt"],
+            table["notes"],
         ):
             m = req.meta
             value, reason = parse_rating(text) if ok and text is not None else (None, None)
@@ -177,6 +182,8 @@ def ratings_frame(
                 "status": "missing" if missing else "ok",
                 "error": (invalid or reason or error or "no_reply") if missing else None,
                 "attempts": int(attempt or 0) + 1,
+                "decoding": judge_decoding(req),
+                **dict(zip(("served_model", "system_fingerprint"), served_model(req, notes))),
             })
     out = pd.DataFrame(rows, columns=list(RATING_COLUMNS))
     out["seed"] = out["seed"].astype("Int64")

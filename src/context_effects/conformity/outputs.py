@@ -5,10 +5,12 @@ Stages (one wildcard rule each, workflow/rules/conformity_*.smk):
 
 * ``descriptive`` — the model-free results from the ratings and answers tables
   (Tables 1, 2, 5, Krippendorff's alpha, the flip share, parse failures, the
-  rating-distribution figure): ``context_effects.conformity.descriptive``;
-* ``fit`` — the measurement model's tables (3, 4, 9, 10-12, 17, 20) from fit
-  summaries: ``context_effects.measurement.report``; the forest plots of Tables 3
-  and 4 (``eta_forest``, ``gamma_forest``): ``context_effects.measurement.figures``;
+  rating-distribution figure): ``context_effects.conformity.descriptive``; the
+  reproducibility of the executions: ``context_effects.conformity.reproducibility``;
+* ``fit`` — the measurement model's tables (3, 4, 9, 10-12, 17, 20, and the additions
+  table3_generator_mean, table3_reference_free, table4_by_dataset) from fit summaries:
+  ``context_effects.measurement.report``; the forest plots of Tables 3 and 4
+  (``eta_forest``, ``gamma_forest``): ``context_effects.measurement.figures``;
 * ``metrics`` — external validation, text metrics, models, budget and packages
   (Tables 6-8, 13-16, 18, 19): ``context_effects.metrics.tables``.
 
@@ -123,6 +125,47 @@ def build_flip_share(inputs, s) -> Built:
                  ["Flip indicator: the answer's side is the candidate set (gold and other correct answers vs "
                   "attractor and other incorrect answers) with the highest token F1; mean blind panel ratings.",
                   *_notes(s)])
+
+
+def _reproducibility_inputs(config: Config) -> dict[str, list[str]]:
+    return {"answers": dag.answers_tables(config), "ratings": dag.ratings_tables(config)}
+
+
+def _reproducibility_settings(config: Config) -> dict[str, Any]:
+    c = config["conformity"]
+    models = dict.fromkeys([*c["generators"], *c["judges"], *c["hosted_judges"]])
+    return {"datasets": list(c["datasets"]), "seeds": [int(x) for x in c["seeds"]],
+            "display_names": {m: (config.get("models", {}).get(m) or {}).get("display_name") or m for m in models},
+            "run_kind": config["run"]["kind"]}
+
+
+_ANSWER_COLUMNS = ["corpus", "seed", "generator", "item_id", "condition", "text"]
+_RATING_COLUMNS = ["corpus", "pass", "status", "seed", "rating", "judge", "item_id", "generator", "condition",
+                   "authority"]
+
+
+def build_reproducibility(inputs, s) -> Built:
+    from context_effects.conformity.reproducibility import reproducibility_table
+
+    if len(s["seeds"]) < 2:
+        answers, ratings = {}, {}
+    else:
+        answers = {d: pd.read_parquet(p, columns=_ANSWER_COLUMNS)
+                   for d, p in zip(s["datasets"], inputs["answers"], strict=True)}
+        ratings = {d: pd.read_parquet(p, columns=_RATING_COLUMNS)
+                   for d, p in zip(s["datasets"], inputs["ratings"], strict=True)}
+    table = reproducibility_table(answers, ratings, s["seeds"], s["display_names"], DATASET_LABELS)
+    return Built(table, [
+        f"Executions: main corpus at seeds {s['seeds']} (conformity.seeds). A trial is one (dataset, item, "
+        "generator). All executions: share of trials with a Round-1 answer in every execution whose texts are "
+        "identical strings (95% Wilson interval over trials). Pairwise: per trial the share of execution pairs "
+        "with identical text, averaged over trials (95% normal interval over trials); seed 002's 54% is compared "
+        "with the pooled pairwise rate.",
+        "Blind ratings (main corpus, valid ratings only): a unit is one answer slot (item, generator, condition, "
+        "authority) a judge rated in at least two executions. Identical: share of execution pairs with the same "
+        "rating, averaged over units. Alpha: Krippendorff's ordinal alpha with executions as coders. Definitions: "
+        "docs/deviations.yaml#reproducibility-match-rate.",
+        *_notes(s)])
 
 
 def build_table1(inputs, s) -> Built:
@@ -322,6 +365,11 @@ REGISTRY = Registry("conformity", [
               "Judge replies without a valid rating after every re-ask, by judge, pass and condition.",
               "tab:parse-failures", inputs=_ratings, settings=_dataset_settings, build=build_parse_failures,
               formats={"missing_rate": ".3f"}),
+    TableSpec("reproducibility", "descriptive",
+              "Reproducibility of the main corpus across executions: Round-1 answers with identical text, and the "
+              "agreement of each judge's blind ratings of the same answer slot.", "tab:conformity-reproducibility",
+              inputs=_reproducibility_inputs, settings=_reproducibility_settings, build=build_reproducibility,
+              formats={"Value": ".3f", "CI low": ".3f", "CI high": ".3f"}),
     FigureSpec("rating_distributions", "descriptive",
                "Distribution of blind ratings (1-5) by dataset and condition: open judge panel, main corpus at "
                "the primary seed.", inputs=_ratings, settings=_panel_settings, draw=draw_rating_distributions,
@@ -335,8 +383,13 @@ REGISTRY = Registry("conformity", [
     _fit_table("4",
                "Evaluator-side peer-context sensitivity by judge. Each loading gamma_j is identified from blind and "
                "informed ratings of the same generated answers. gamma_j > 0: the judge shifts toward the "
-               "peer-endorsed position; gamma_j < 0: away from it.",
+               "peer-endorsed position; gamma_j < 0: away from it. Open-weight panel from the primary dataset's "
+               "main fit; each frontier API judge from its own five-judge refit on that dataset.",
                "tab:conformity-gamma", {"gamma_j": "+.3f", "Pr(gamma_j > 0)": ".2f"}),
+    _fit_table("4_by_dataset",
+               "Evaluator-side peer-context loadings gamma_j of every judge in every dataset's main fit, and of "
+               "each hosted judge in its own five-judge refit (Table 4 prints the primary dataset's rows).",
+               "tab:conformity-gamma-by-dataset", {"gamma_j": "+.3f", "Pr(gamma_j > 0)": ".2f"}),
     _fit_table("9", "Convergence diagnostics of every measurement-model fit.", "tab:conformity-diagnostics",
                {"R-hat": ".3f", "ESS bulk": ".0f", "ESS tail": ".0f"}),
     *(_decomposition_table(ds, n) for ds, n in DECOMPOSITION_TABLES.items()),
@@ -357,14 +410,20 @@ REGISTRY = Registry("conformity", [
                "moves into the shifts. Posterior means with 95% credible intervals; the last columns flag cells "
                "whose sign or exclusion of zero changes.",
                "tab:conformity-generator-mean", {"Difference": "+.3f"}),
+    _fit_table("3_reference_free",
+               "Anchor-scoring sensitivity of the total Round 2 condition shifts and Asym_total (Table 3): the "
+               "primary fit with reference-augmented anchors beside the refit with the same anchors scored "
+               "reference-free. Posterior means with 95% credible intervals; the last columns flag cells whose "
+               "sign (or exclusion of zero) changes.",
+               "tab:conformity-reference-free", {"Difference": "+.3f"}),
     _fit_figure("eta_forest", "3",
                 "Total Round 2 condition shifts (All-Correct, All-Wrong, Mixed) and the harmful-beneficial "
                 "asymmetry Asym_total by generator, one panel per dataset: posterior means with 95% credible "
                 "intervals from the pooled per-dataset fits (Table 3). Hollow markers: the fit failed its "
                 "convergence diagnostics (Table 9)."),
-    _fit_figure("gamma_forest", "4",
+    _fit_figure("gamma_forest", "4_by_dataset",
                 "Evaluator-side peer-context loadings gamma_j by judge, one panel per dataset: posterior means with "
-                "95% credible intervals (Table 4). Open-weight judges come from the main fit, each hosted judge "
+                "95% credible intervals (Table 4 and its appendix table by dataset). Open-weight judges come from the main fit, each hosted judge "
                 "from its own five-judge refit. Hollow markers: the fit failed its convergence diagnostics."),
     # metrics
     TableSpec("table6", "metrics", "Models used in the study and their parameter counts.", "tab:models",

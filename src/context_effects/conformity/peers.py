@@ -1,13 +1,13 @@
 """Peer blocks and content blocks of Study C Round 2 (seed 002 §2.1, App. A.1).
 
-Design: one *panel* per (seed, item), many renderings
-------------------------------------------------------
+Design: one *panel* per (panel seed, item), many renderings
+------------------------------------------------------------
 Every surface choice that is not the manipulation — which speakers talk, in what
 order, with which phrasing, which authority role each holds, which speakers carry
 the gold text in the mixed block, which text comes first in the mixed content
-block — is drawn **once per (seed, item_id)** into a ``PeerPanel``::
+block — is drawn **once per (panel_seed, item_id)** into a ``PeerPanel``::
 
-    rng = numpy.random.default_rng(int.from_bytes(sha256(f"{seed}:{item_id}:peers").digest()[:8], "big"))
+    rng = numpy.random.default_rng(int.from_bytes(sha256(f"{panel_seed}:{item_id}:peers").digest()[:8], "big"))
     names      = rng.choice(len(NAMES), n_speakers, replace=False)
     roles      = rng.choice(len(ROLES), n_speakers, replace=False)
     phrasings  = rng.choice(len(PHRASINGS), n_speakers, replace=False)
@@ -30,10 +30,31 @@ differ only in the span that is manipulated:
 * peer arm vs content arm of one polarity: the same candidate texts, quoted the
   same way (the content block holds each *distinct* text once, unattributed).
 
-The generator is not part of the seed: all generators of one execution see the
-same blocks, so generator differences are not confounded with block wording. The
-execution seed is: seeds 42/43/44 draw different panels (different speakers and
-phrasings), which is what makes them separate executions under greedy decoding.
+The panel seed is the item sample's seed (``sampling.seed``, recorded in the item
+table as ``panel_seed``), never the execution label: seed 002 §2.2 says the
+executions 42/43/44 differ "only from nondeterministic batching and per-attempt
+retry temperature", so they must send byte-identical prompts. The execution label
+still enters every request key through the sampling seed (``conformity.requests``).
+Neither the generator nor the execution is part of the panel, so all generators of
+all executions see the same blocks.
+
+Released blocks (``conformity.peers.source: release``)
+------------------------------------------------------
+With ``release=`` (the item's entry of ``conformity.release.item_blocks``), a peer
+block is the predecessor release's block of that condition and authority variant:
+its six speakers in the released order, each with the released stance phrase and,
+for the authority speaker, the released role. The letter each speaker named becomes
+text: the keyed letter -> ``gold_answer``; any other letter -> the item's one fixed
+``wrong_attractor`` (the release draws wrong letters per condition and speaker; this
+project keeps one wrong text per item). One speaker renders as
+``{name}: {phrase}"{text}"`` or ``{name} ({role}): {phrase}"{text}"``, joined by
+``"; "`` like the generated block, so both fit the same inline template. The
+release's present and absent blocks are separate draws (other speakers, phrases and
+positions), so for released blocks ``role_spans`` marks the one `` (role)`` span of
+the present block, and cutting it out does **not** give the absent block: the
+authority contrast of released blocks is the release's, not a one-span edit.
+Content blocks never use the release: the decomposition corpus keeps this module's
+unattributed rendering.
 
 Rendering
 ---------
@@ -116,6 +137,7 @@ class Speaker:
 class PeerPanel:
     """Everything about an item's peer presentation except the endorsed texts."""
 
+    #: The panel seed (the item sample's seed), not an execution label.
     seed: int
     item_id: str
     speakers: tuple[Speaker, ...]
@@ -134,7 +156,8 @@ class Block:
     #: peer block, one per distinct candidate for a content block).
     endorsed: tuple[str, ...]
     #: Character spans ``(start, end)`` of the authority role labels in ``text``;
-    #: empty for authority-absent and content blocks.
+    #: empty for authority-absent and content blocks. For a released block, the one
+    #: `` (role)`` span; cutting it out does not give the released absent block.
     role_spans: tuple[tuple[int, int], ...] = ()
 
 
@@ -148,7 +171,11 @@ def _rng(seed: int, item_id: str, purpose: str) -> np.random.Generator:
 
 
 def peer_panel(item_id: str, seed: int, n_speakers: int = 6) -> PeerPanel:
-    """The seeded panel of one item (see module docstring for the exact draw order)."""
+    """The seeded panel of one item (see module docstring for the exact draw order).
+
+    ``seed`` is the panel seed (``sampling.seed``); passing an execution label here
+    would make executions differ in their prompts.
+    """
     limit = min(len(NAMES), len(ROLES), len(PHRASINGS))
     if not 2 <= n_speakers <= limit:
         raise ValueError(f"n_speakers must be between 2 and {limit} (distinct names, roles and phrasings); "
@@ -191,17 +218,22 @@ def _quote(text: str) -> str:
     return f'"{text}"'
 
 
-def peer_block(item: Any, polarity: str, authority: str, seed: int, n_speakers: int = 6) -> Block:
+def peer_block(item: Any, polarity: str, authority: str, seed: int, n_speakers: int = 6, *,
+               release: Mapping[str, Any] | None = None) -> Block:
     """The attributed six-speaker block of one condition and authority variant.
 
     correct: every speaker carries ``gold_answer``; wrong: every speaker carries the
     item's fixed ``wrong_attractor``; mixed: the panel's ``n_speakers // 2`` gold
     speakers carry the gold text, the rest the attractor (3–3 for six speakers).
+    ``seed`` is the panel seed. With ``release`` (the item's released blocks) the
+    speakers come from the release instead (module docstring, "Released blocks").
     """
     _check_polarity(polarity)
     if authority not in AUTHORITY_VARIANTS:
         raise ValueError(f"authority must be one of {AUTHORITY_VARIANTS}, got {authority!r}")
     gold, wrong = _texts(item)
+    if release is not None:
+        return released_block(release, polarity, authority, gold, wrong)
     panel = peer_panel(_field(item, "item_id"), seed, n_speakers)
     if polarity == "correct":
         endorsed = (gold,) * n_speakers
@@ -230,7 +262,7 @@ def peer_block(item: Any, polarity: str, authority: str, seed: int, n_speakers: 
 def content_block(item: Any, polarity: str, seed: int) -> Block:
     """The unattributed block: each distinct candidate text once, quoted as in the peer block.
 
-    The mixed order is seeded by (seed, item_id) (``content_mixed_gold_first``),
+    The mixed order is seeded by (panel seed, item_id) (``content_mixed_gold_first``),
     never drawn per call.
     """
     _check_polarity(polarity)
@@ -243,6 +275,31 @@ def content_block(item: Any, polarity: str, seed: int) -> Block:
         gold_first = content_mixed_gold_first(_field(item, "item_id"), seed)
         texts = (gold, wrong) if gold_first else (wrong, gold)
     return Block(text=SEPARATOR.join(_quote(t) for t in texts), endorsed=texts)
+
+
+def released_block(release: Mapping[str, Any], polarity: str, authority: str, gold: str, wrong: str) -> Block:
+    """One released block rendered with texts: keyed letter -> ``gold``, any other -> ``wrong``."""
+    try:
+        speakers = release[f"{polarity}|{authority}"]
+    except KeyError:
+        raise ValueError(f"released blocks lack {polarity}|{authority}; rebuild the item table from the "
+                         "release file") from None
+    parts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    for sp in speakers:
+        if parts:
+            pos += len(SEPARATOR)
+        who = str(sp["name"])
+        if sp.get("role"):
+            label = f" ({sp['role']})"
+            spans.append((pos + len(who), pos + len(who) + len(label)))
+            who += label
+        unit = f"{who}: {sp['phrase']}{_quote(gold if sp['gold'] else wrong)}"
+        parts.append(unit)
+        pos += len(unit)
+    endorsed = tuple(gold if sp["gold"] else wrong for sp in speakers)
+    return Block(text=SEPARATOR.join(parts), endorsed=endorsed, role_spans=tuple(spans))
 
 
 def without_role_labels(block: Block) -> str:

@@ -46,7 +46,9 @@ def generation_reask(retry_temperature_step: float, retry_temperature_cap: float
         s = req.sampling
         sampling = dataclasses.replace(
             s,
-            temperature=min(retry_temperature_cap, s.temperature + retry_temperature_step),
+            # A model that takes no temperature (llm/capabilities.py) is re-asked as it was asked.
+            temperature=None if s.temperature is None else min(retry_temperature_cap,
+                                                                s.temperature + retry_temperature_step),
             seed=None if s.seed is None else s.seed + 1,
         )
         meta = {**req.meta, "reask_reason": reason, "reask_of": req.key}

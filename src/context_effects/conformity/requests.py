@@ -15,6 +15,11 @@ Stages
                       per question–generator pair). ``corpus="decomposition"``: no_peer +
                       content_{correct,wrong,mixed} + peer_{correct,wrong,mixed} in one
                       authority variant (7 requests; 8 with Round 1, App. A.2).
+                      Peer blocks come from the item table: the seeded panel of
+                      ``peers`` drawn from the table's panel seed (never from the
+                      execution label, so executions 42/43/44 send byte-identical
+                      prompts), or the predecessor release's blocks where the table
+                      records them (``conformity.release``).
 ``anchor_texts``      the fixed anchor answers: gold answer (anchor_correct) and the
                       item's wrong attractor (anchor_incorrect).
 ``anchor_requests``   synthetic-backend only: "generates" anchors so the simulated judge
@@ -37,10 +42,12 @@ It is independent of the generator, so all generators see the same prompt, and
 of which other items are requested, so sharding items cannot change it. Over many
 items it balances present/absent about 50/50, like the main corpus's pooled arms.
 
-Decomposition requests are ordinary requests: where a decomposition prompt is
-byte-identical to a main-corpus one (Round 1, no-peer and the peer arm of the
-same seed and variant), the response store serves the same answer, as greedy
-decoding would produce anyway; only the content arms are new calls.
+The decomposition corpus is its own run (App. A.2: the corpora are "generated and
+judged separately"): its generation and judge requests carry
+``namespace=DECOMPOSITION_NAMESPACE``, which enters the request key, so a
+decomposition prompt byte-identical to a main-corpus one (Round 1, no-peer, the
+peer arm of the same seed and variant, and the judge prompts of identical answer
+texts) is a call of its own, never served the main corpus's answer or rating.
 
 Meta
 ----
@@ -55,7 +62,11 @@ Sampling
 Generation: ``temperature``/``top_p``/``max_tokens`` from ``settings``
 (``conformity.generation``), sampling seed = the execution seed label (42/43/44).
 Judging: ``temperature``/``top_p``/``max_tokens`` from ``conformity.judging``, the
-``seed`` argument as sampling seed, ``output_schema=RATING_SCHEMA``.
+``seed`` argument as sampling seed. ``judging.decoding`` decides how the rating is
+decoded: ``free`` (default, as in seed 002 App. B: the prompt asks for the JSON and
+the judge writes free text, which ``replies.parse_rating`` checks and re-asks) or
+``constrained`` (``output_schema=RATING_SCHEMA``: vLLM guided decoding, OpenAI
+strict mode), which can move the rating distribution and so is recorded per rating.
 """
 
 from __future__ import annotations
@@ -78,6 +89,7 @@ from context_effects.conformity.conditions import (
     POLARITIES,
 )
 from context_effects.conformity.peers import content_block, peer_block
+from context_effects.llm.capabilities import conform_sampling
 from context_effects.llm.factory import model_ref
 from context_effects.conformity.replies import RATING_SCHEMA
 from context_effects.llm.types import LLMRequest, Sampling
@@ -85,6 +97,13 @@ from context_effects.llm.types import LLMRequest, Sampling
 STUDY = "conformity"
 CORPORA = ("main", "decomposition")
 ANCHOR_CORPUS = "anchor"
+#: Key component of every decomposition-corpus request (generation and judging).
+DECOMPOSITION_NAMESPACE = "conformity/decomposition"
+
+
+def corpus_namespace(corpus: str | None) -> str | None:
+    """The request-key namespace of a corpus: the decomposition corpus is a separate run."""
+    return DECOMPOSITION_NAMESPACE if corpus == "decomposition" else None
 
 
 #: The answers table that ``judge_requests`` consumes, one row per answer:
@@ -137,15 +156,19 @@ def _int_seed(seed: Any) -> int:
     return int(seed)
 
 
-def _sampling(settings: Mapping[str, Any], seed: int) -> Sampling:
-    """Sampling of a generation or judge request; every value comes from the validated
-    config section (``conformity.generation`` or ``conformity.judging``), whose schema
-    holds the defaults."""
-    return Sampling(
-        temperature=float(settings["temperature"]),
-        top_p=float(settings["top_p"]),
-        max_tokens=int(settings["max_tokens"]),
-        seed=_int_seed(seed),
+def _sampling(settings: Mapping[str, Any], seed: int, model_cfg: Mapping[str, Any]) -> Sampling:
+    """Sampling of a generation or judge request as sent to the model: every value comes
+    from the validated config section (``conformity.generation`` or
+    ``conformity.judging``), whose schema holds the defaults, conformed to the model's
+    capability profile (``llm.capabilities``)."""
+    return conform_sampling(
+        Sampling(
+            temperature=float(settings["temperature"]),
+            top_p=float(settings["top_p"]),
+            max_tokens=int(settings["max_tokens"]),
+            seed=_int_seed(seed),
+        ),
+        model_cfg,
     )
 
 
@@ -171,7 +194,8 @@ def decomposition_authority(item_id: str, seed: int, variants: Sequence[str] = A
 def _generation_request(ref, messages, sampling, meta) -> LLMRequest:
     messages = tuple(messages)
     meta["rendered_hash"] = prompts.rendered_hash(messages)
-    return LLMRequest(model=ref, messages=messages, sampling=sampling, meta=meta)
+    return LLMRequest(model=ref, messages=messages, sampling=sampling, namespace=corpus_namespace(meta["corpus"]),
+                      meta=meta)
 
 
 def _gen_meta(item: Mapping[str, Any], generator: str, condition: str, seed: int, corpus: str,
@@ -212,12 +236,16 @@ def round1_requests(items: Any, model_name: str, model_cfg: Mapping[str, Any], s
     _check_corpus(corpus)
     seed = _int_seed(seed)
     ref = model_ref(model_name, model_cfg)
-    sampling = _sampling(settings, seed)
+    sampling = _sampling(settings, seed, model_cfg)
     out = []
     for item in _records(items):
         meta = _gen_meta(item, model_name, "round1", seed, corpus, "round1")
         out.append(_generation_request(ref, [("user", prompts.render_round1(meta["question"]))], sampling, meta))
     return out
+
+
+#: Panel seed of an item list that records none (a plain list of items): the paper's sampling seed.
+DEFAULT_PANEL_SEED = 42
 
 
 def round2_requests(
@@ -232,8 +260,17 @@ def round2_requests(
     authority_variants: Sequence[str] = AUTHORITY_VARIANTS,
     n_speakers: int = 6,
     on_missing: Literal["error", "skip"] = "error",
+    panel_seed: int | None = None,
+    release_blocks: Mapping[str, Any] | None = None,
 ) -> list[LLMRequest]:
     """Round-2 requests branched from each item's realised Round-1 answer.
+
+    Peer and content blocks do not depend on ``seed`` (the execution label, which
+    enters the request key through the sampling seed only): they are drawn from
+    ``panel_seed``, by default the item table's recorded ``panel_seed`` (its sample
+    seed), else ``DEFAULT_PANEL_SEED``. ``release_blocks`` (item_id -> released
+    blocks), by default the item table's ``release_blocks`` when its ``peer_source``
+    used the release, replaces the generated panel of those items.
 
     ``round1_answers`` maps item_id -> the Round-1 text this generator returned in
     this execution, inserted verbatim as the assistant turn. Items without a usable
@@ -250,7 +287,16 @@ def round2_requests(
                          f"{list(authority_variants)}")
     variants = [v for v in AUTHORITY_VARIANTS if v in set(authority_variants)]
     ref = model_ref(model_name, model_cfg)
-    sampling = _sampling(settings, seed)
+    sampling = _sampling(settings, seed, model_cfg)
+    attrs = items.attrs if isinstance(items, pd.DataFrame) else {}
+    if panel_seed is None:
+        panel_seed = attrs.get("panel_seed", DEFAULT_PANEL_SEED)
+    panel_seed = _int_seed(panel_seed)
+    if release_blocks is None and (attrs.get("peer_source") or {}).get("used") == "release":
+        release_blocks = attrs.get("release_blocks")
+    release_blocks = release_blocks or {}
+    if release_blocks and n_speakers != 6:
+        raise ValueError(f"released peer blocks have 6 speakers; n_speakers={n_speakers} cannot use them")
     records = _records(items)
     absent = [str(r["item_id"]) for r in records
               if _missing(round1_answers.get(str(r["item_id"]))) or not str(round1_answers[str(r["item_id"])]).strip()]
@@ -278,14 +324,15 @@ def round2_requests(
         add("no_peer", "no_peer_round2", prompts.render_no_peer(question))
         if corpus == "decomposition":
             for pol in POLARITIES:
-                block = content_block(item, pol, seed).text
+                block = content_block(item, pol, panel_seed).text
                 add(f"content_{pol}", "content_round2", prompts.render_content(question, block), content_block=block)
             arm_variants = [decomposition_authority(item_id, seed, variants)]
         else:
             arm_variants = variants
         for pol in POLARITIES:
             for authority in arm_variants:
-                block = peer_block(item, pol, authority, seed, n_speakers).text
+                block = peer_block(item, pol, authority, panel_seed, n_speakers,
+                                   release=release_blocks.get(item_id)).text
                 add(f"peer_{pol}", "peer_round2", prompts.render_peer(question, block), authority,
                     peer_block=block, d=D_BY_POLARITY[pol])
     return out
@@ -326,7 +373,7 @@ def anchor_requests(items: Any, model_name: str, model_cfg: Mapping[str, Any], s
                          f"{model_cfg.get('backend')!r}); real runs judge anchor_texts(items)")
     seed = _int_seed(seed)
     ref = model_ref(model_name, model_cfg)
-    sampling = _sampling(settings, seed)
+    sampling = _sampling(settings, seed, model_cfg)
     out = []
     for item in _records(items):
         for condition in ANCHOR_CONDITIONS:
@@ -371,6 +418,21 @@ def answers_frame(requests: Iterable[LLMRequest], texts: Iterable[str | None]) -
 # -------------------------------------------------------------------------- judging
 
 
+#: ``conformity.judging.decoding`` values.
+JUDGE_DECODINGS = ("free", "constrained")
+
+
+def _rating_schema(decoding: str) -> dict[str, Any] | None:
+    if decoding not in JUDGE_DECODINGS:
+        raise ValueError(f"judging.decoding must be one of {JUDGE_DECODINGS}, got {decoding!r}")
+    return RATING_SCHEMA if decoding == "constrained" else None
+
+
+def judge_decoding(req: LLMRequest) -> str:
+    """How a judge request was decoded, read from what was sent (not from the config)."""
+    return "free" if req.output_schema is None else "constrained"
+
+
 def judge_requests(answers_df: pd.DataFrame, judge_name: str, judge_cfg: Mapping[str, Any],
                    settings: Mapping[str, Any], seed: int) -> list[LLMRequest]:
     """Judge requests for every row of ``answers_df`` (columns: ``ANSWER_COLUMNS``).
@@ -394,7 +456,8 @@ def judge_requests(answers_df: pd.DataFrame, judge_name: str, judge_cfg: Mapping
         raise ValueError(f"duplicate answer_id(s) {dup[:5]}: one row per answer")
     seed = _int_seed(seed)
     ref = model_ref(judge_name, judge_cfg)
-    sampling = _sampling(settings, seed)
+    sampling = _sampling(settings, seed, judge_cfg)
+    output_schema = _rating_schema(settings["decoding"])
 
     rows = [{c: _opt(r.get(c)) for c in ANSWER_COLUMNS} for r in answers_df.to_dict("records")]
     problems = []
@@ -431,7 +494,8 @@ def judge_requests(answers_df: pd.DataFrame, judge_name: str, judge_cfg: Mapping
 
         def add(prompt: str, template: str, **extra: Any) -> None:
             out.append(LLMRequest(model=ref, messages=(("user", prompt),), sampling=sampling,
-                                  output_schema=RATING_SCHEMA, meta={**base, "template": template, **extra}))
+                                  output_schema=output_schema, namespace=corpus_namespace(r["corpus"]),
+                                  meta={**base, "template": template, **extra}))
 
         q, text = r["question"], r["text"]
         if anchor:

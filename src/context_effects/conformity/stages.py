@@ -24,6 +24,7 @@ from context_effects.conformity.requests import (
     round2_requests,
 )
 from context_effects.datasets import read_items
+from context_effects.llm.capabilities import served_model
 from context_effects.llm.shards import read_response_shard, write_request_shard
 
 #: A trial yields at most 8 answers (Round 1, no-peer, 3 content or 6 peer arms).
@@ -168,7 +169,8 @@ def _paired(
 
 #: Generation bookkeeping added to every generated answer (seed 002 App. A.6: how
 #: the accepted answer was obtained). Fixed anchor texts have none.
-GENERATION_COLUMNS = ("attempt", "temperature", "sampling_seed", "finish_reason", "messages_json")
+GENERATION_COLUMNS = ("attempt", "temperature", "sampling_seed", "finish_reason", "messages_json", "served_model",
+                      "system_fingerprint")
 
 
 def generation_frame(
@@ -181,7 +183,7 @@ def generation_frame(
     ``requests_path`` the responses must answer that request shard one to one.
     """
     requests, extra = read_response_shard(
-        responses_path, ["text", "ok", "attempt", "finish_reason"], requests_path=requests_path
+        responses_path, ["text", "ok", "attempt", "finish_reason", "notes"], requests_path=requests_path
     )
     frame = answers_frame(requests, _texts(extra))
     reask = generation_policy(**_retry_settings(settings)).reask
@@ -197,6 +199,9 @@ def generation_frame(
     frame["sampling_seed"] = pd.array(seeds, dtype="Int64")
     frame["finish_reason"] = extra["finish_reason"].to_numpy()
     frame["messages_json"] = [prompts.canonical_messages(req.messages) for req in requests]
+    served = [served_model(req, notes) for req, notes in zip(requests, extra["notes"])]
+    frame["served_model"] = [s for s, _ in served]
+    frame["system_fingerprint"] = [f for _, f in served]
     return frame
 
 
@@ -224,9 +229,6 @@ def collect_answers(
         frames.append(anchor_texts(read_items(items_path)))
     frames = [f for f in frames if len(f)]
     answers = pd.concat(frames, ignore_index=True)
-    # The decomposition's Round 1 can be byte-identical to the main seed's Round 1
-    # (same prompt and seed): the store answers it once, but both rows are kept
-    # since they belong to different corpora.
     dup = answers["answer_id"].duplicated()
     if dup.any():
         raise ValueError(f"duplicate answer ids: {answers.loc[dup, 'answer_id'].head().tolist()}")

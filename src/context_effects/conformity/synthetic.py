@@ -20,6 +20,15 @@ Meta contract
    decimals). With probability ``empty_rate`` the reply is ``""``
    (finish_reason "stop") to exercise the generation-retry path.
 
+   Execution noise (seed 002 §2.2: greedy reruns reproduced only 54% of Round 1
+   answers): a trial is *unstable* with probability ``round1_mismatch_rate``
+   (a draw seeded by ``(item_id, generator)`` alone). A stable trial's Round-1 ε
+   is seeded by the trial too, so every execution (sampling seed 42/43/44)
+   writes the same text; an unstable trial's ε comes from the request, so each
+   execution writes a different one. The planted share of trials whose Round-1
+   text matches across executions (all of them, or any two) is therefore
+   ``1 − round1_mismatch_rate``.
+
 2. Judge::
 
        {"study": "conformity", "role": "judge", "judge": str,
@@ -96,6 +105,8 @@ DEFAULTS: dict[str, Any] = {
         "peer_mixed": -0.25,
     },
     "empty_rate": 0.02,  # share of generations returned empty (exercises the retry path)
+    # share of trials whose Round-1 text differs between executions (0: greedy reruns reproduce it)
+    "round1_mismatch_rate": 0.0,
     # --- judging (seed 002 Eq. 7-8) ---
     "alpha": 1.5,  # discrimination α_j
     "beta": 0.0,  # severity β_j
@@ -185,7 +196,7 @@ def validate(p: Mapping[str, Any]) -> dict[str, Any]:
         out[key] = param_number(key, p[key], lo=0.0)
     for key in ("theta_anchor", "alpha", "reference_free_alpha_scale"):
         out[key] = param_number(key, p[key], lo=0.0, strict_lo=True)
-    for key in ("empty_rate", "parse_failure_rate"):
+    for key in ("empty_rate", "parse_failure_rate", "round1_mismatch_rate"):
         out[key] = param_number(key, p[key], lo=0.0, hi=1.0)
     out["eta"] = {c: param_number(f"eta.{c}", p["eta"][c]) for c in ETA_CONDITIONS}
     kappa = p["kappa"]
@@ -216,6 +227,8 @@ def planted(eff: Mapping[str, Any]) -> dict[str, Any]:
         },
         "asym_total": -eta["peer_wrong"] - eta["peer_correct"],
         "empty_rate": eff["empty_rate"],
+        "round1_mismatch_rate": eff["round1_mismatch_rate"],
+        "round1_match_rate": 1.0 - eff["round1_mismatch_rate"],
         "judge": {
             "alpha": eff["alpha"],
             "beta": eff["beta"],
@@ -274,6 +287,12 @@ def trial_baseline(backend: SyntheticBackend, item_id: str, generator: str) -> f
     return float(backend.params["quality_mean"] + backend.params["sigma_b"] * z)
 
 
+def round1_stable(backend: SyntheticBackend, item_id: str, generator: str) -> bool:
+    """Whether every execution of the trial writes the same Round-1 text (module docstring)."""
+    u = seeded("round1-unstable", backend.seed, str(item_id), str(generator)).random()
+    return bool(u >= backend.params["round1_mismatch_rate"])
+
+
 def answer(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], rng: np.random.Generator):
     role = meta.get("role")
     if role is None:
@@ -294,6 +313,8 @@ def _generate(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any
         theta = -p["theta_anchor"]
     else:
         eta = 0.0 if cond == "round1" else p["eta"][cond]
+        if cond == "round1" and round1_stable(backend, meta["item_id"], meta["generator"]):
+            eps = seeded("round1", backend.seed, str(meta["item_id"]), str(meta["generator"])).standard_normal()
         theta = trial_baseline(backend, meta["item_id"], meta["generator"]) + eta + p["sigma_theta"] * eps
     if u_empty < p["empty_rate"]:
         return "", "stop", {}

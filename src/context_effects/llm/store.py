@@ -228,6 +228,7 @@ def request_from_json(blob: str) -> LLMRequest:
         sample_index=c.get("sample_index", 0),
         attempt=c.get("attempt", 0),
         mode=c.get("mode", "chat"),
+        namespace=c.get("namespace"),
         meta=obj.get("meta") or {},
     )
 

@@ -34,8 +34,10 @@ class ModelRef:
 
 @dataclass(frozen=True)
 class Sampling:
-    temperature: float = 0.0
-    top_p: float = 1.0
+    # None = not sent: the model's capability profile says the API rejects the setting,
+    # so the provider's default applies (llm/capabilities.py).
+    temperature: float | None = 0.0
+    top_p: float | None = 1.0
     # No default: every study's config section holds it (the config schema has
     # the defaults), and a second default here could silently disagree.
     max_tokens: int = field(kw_only=True)
@@ -44,6 +46,8 @@ class Sampling:
     logprobs: int | None = None
     # Tokens whose first-position probability is wanted explicitly (e.g. "Yes", "No").
     probe_tokens: tuple[str, ...] = ()
+    # Reasoning models: the effort sent as ``reasoning_effort``; None = not sent.
+    reasoning_effort: str | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class LLMRequest:
     attempt: int = 0
     # "chat" for instruction-tuned models, "completion" for base models (few-shot text).
     mode: Literal["chat", "completion"] = "chat"
+    # Keeps byte-identical requests of separately generated collections apart: a
+    # study that the paper ran as its own run (Study C's decomposition corpus) must
+    # not be served the answers of another run from the store. In the key only when
+    # set, so every other request keeps its address.
+    namespace: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def canonical(self) -> dict[str, Any]:
@@ -73,7 +82,12 @@ class LLMRequest:
             "attempt": self.attempt,
             "mode": self.mode,
         }
+        if self.namespace is not None:
+            body["namespace"] = self.namespace
         body["sampling"]["probe_tokens"] = list(self.sampling.probe_tokens)
+        if self.sampling.reasoning_effort is None:
+            # Added after keys were first recorded: absent when unused keeps every key.
+            del body["sampling"]["reasoning_effort"]
         return body
 
     @property

@@ -5,7 +5,7 @@
   one panel per dataset, from the main fits (Table 3's cells);
 * ``gamma_forest`` — every judge's peer-context loading γ_j, one panel per dataset, one
   row per judge: the open-weight panel from the main fit, each hosted judge from its own
-  five-judge refit (Table 4's rows).
+  five-judge refit (table4_by_dataset's rows; Table 4 prints the primary dataset's).
 
 Both read exactly what the tables read (each fit's ``summary.csv`` and
 ``diagnostics.json``, never draws) and plot posterior means with the summary's 95%
@@ -280,7 +280,8 @@ def eta_forest(paths: Sequence[str | Path], settings: Mapping[str, Any]):
 
 
 def gamma_forest(paths: Sequence[str | Path], settings: Mapping[str, Any]):
-    """The γ_j forest plot and its data from Table 4's fits (``report.table_settings(config, "4")``)."""
+    """The γ_j forest plot and its data from table4_by_dataset's fits
+    (``report.table_settings(config, "4_by_dataset")``)."""
     from context_effects.tables import run_notes
 
     data = gamma_forest_data(load_results(paths, settings), settings)

@@ -7,7 +7,7 @@ Every table of seed 002 that reports a model quantity comes from one of these fi
 variant                           data and model                                             tables
 ================================  =========================================================  ===============
 ``main``                          main corpus of the primary seed, open-weight judge panel   3, 4, 9, 17, 20
-                                  (``conformity.judges``), θ_a = ``fit.theta_anchor``
+                                  (``conformity.judges``), θ_a = ``fit.theta_anchor``        table4_by_dataset
 ``decomposition``                 decomposition corpus, same panel; shifts built from the    9, 10-12
                                   increments Δ_sp, Δ_content,k, Δ_pp,c (App. C.1 priors on
                                   η_regen, η_content and η)
@@ -16,8 +16,12 @@ variant                           data and model                                
 ``theta-<θ>``                     ``main`` with anchors pinned at ±θ, for every θ in         9, 20
                                   ``fit.theta_anchor_sensitivity`` other than θ_a (that one
                                   is ``main``), on ``fit.theta_anchor_datasets``
-``hosted-<judge>``                ``main`` with the panel plus one hosted judge (the         4 (API rows), 9
-                                  five-judge refits), on ``hosted_judge_datasets``
+``hosted-<judge>``                ``main`` with the panel plus one hosted judge (the         4 (API rows), 9,
+                                  five-judge refits), on ``hosted_judge_datasets``           table4_by_dataset
+``reference-free``                ``main`` with the anchors scored reference-free instead    9,
+                                  of reference-augmented (§3.4's "reference-free             table3_reference_free
+                                  intermediate fit"); on when
+                                  ``fit.reference_free_sensitivity``
 ``generator-mean``                ``main`` with per-generator baseline means: b_t ~ N(μ_g,   9,
                                   σ_b), μ_g ~ N(0, 1) (``ModelOptions.generator_mean``);     table3_generator_mean
                                   this project's sensitivity variant, on when
@@ -38,12 +42,15 @@ A variant that cannot be fitted under a configuration is left out of the plan wi
 reason (``omitted_fits``) that the tables print instead of a number: hosted refits with no
 hosted judge, a self-rating exclusion that would remove every rating, a decomposition fit
 with the decomposition corpus disabled, the generator-mean refits when
-``fit.generator_mean_sensitivity`` is false (or their base fit is left out).
+``fit.generator_mean_sensitivity`` is false (or their base fit is left out), the
+reference-free refits when ``fit.reference_free_sensitivity`` is false.
 
 Anchor ratings: seed 002 §3.4 — "All primary estimates therefore use reference-augmented
 anchor scoring, while experimental answers remain reference-free." Every fit therefore
-keeps only the reference-augmented anchor ratings; the reference-free ones serve the anchor
-audit (Table 5) alone.
+keeps only the reference-augmented anchor ratings (``FitSpec.anchor_reference``), except the
+``reference-free`` refit, which keeps only the reference-free ones: the seed reports that such
+an intermediate fit "changed the direction of the estimated asymmetry despite satisfactory
+sampling diagnostics", and table3_reference_free sets it beside Table 3.
 """
 
 from __future__ import annotations
@@ -59,7 +66,11 @@ import pandas as pd
 
 from context_effects.measurement.data import RatingsError, model_family
 
-KINDS = ("main", "decomposition", "self-excluded", "theta", "hosted", "generator-mean", "decomposition-generator-mean")
+KINDS = ("main", "decomposition", "self-excluded", "theta", "hosted", "generator-mean", "decomposition-generator-mean",
+         "reference-free")
+REFERENCE_FREE = "reference-free"
+#: ``reference`` value of the anchor ratings each anchor scoring keeps (judge stage).
+ANCHOR_REFERENCES = ("augmented", "free")
 #: Variant name (= kind) of the generator-mean refit of each base kind.
 GENERATOR_MEAN_VARIANTS = {"main": "generator-mean", "decomposition": "decomposition-generator-mean"}
 #: Columns of the judge stage's ratings table that selecting a fit's rows needs
@@ -86,6 +97,7 @@ class FitSpec:
     shift_prior: str = "cell"
     hosted_judge: str | None = None
     generator_mean: bool = False
+    anchor_reference: str = "augmented"
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,6 +106,9 @@ class FitSpec:
         # params) stay as they were before the option existed, so adding it reran no fit.
         if not self.generator_mean:
             del d["generator_mean"]
+        # Likewise only the reference-free refit carries its anchor scoring.
+        if self.anchor_reference == "augmented":
+            del d["anchor_reference"]
         return d
 
 
@@ -186,8 +201,14 @@ def _plan(config: Mapping[str, Any]) -> tuple[list[FitSpec], dict[str, str]]:
             "no hosted judges are configured (conformity.hosted_judges)" if not hosted
             else "none of conformity.hosted_judge_datasets is among conformity.datasets"
         )
+    gm_bases = list(plan)
+    if f.get("reference_free_sensitivity", True):
+        plan.extend(FitSpec(ds, REFERENCE_FREE, REFERENCE_FREE, anchor_reference="free", **base) for ds in datasets)
+    else:
+        omitted[REFERENCE_FREE] = ("the reference-free anchor refits are switched off "
+                                   "(fit.reference_free_sensitivity)")
     for base_kind, variant in GENERATOR_MEAN_VARIANTS.items():
-        bases = [s for s in plan if s.kind == base_kind]
+        bases = [s for s in gm_bases if s.kind == base_kind]
         if not f["generator_mean_sensitivity"]:
             omitted[variant] = "the generator-mean sensitivity fits are switched off (fit.generator_mean_sensitivity)"
         elif not bases:
@@ -210,9 +231,10 @@ def find_spec(config: Mapping[str, Any], dataset: str, variant: str) -> FitSpec:
 def select_ratings(table: pd.DataFrame, spec: FitSpec) -> pd.DataFrame:
     """The rows of the judge stage's ratings table that enter ``spec``'s fit.
 
-    Experimental answers of the spec's corpus and seed plus the reference-augmented anchor
-    ratings (module docstring), by the spec's judges only — a hosted judge's ratings never
-    reach a four-judge fit.
+    Experimental answers of the spec's corpus and seed plus the anchor ratings of the spec's
+    anchor scoring (reference-augmented but in the ``reference-free`` refit; module
+    docstring), by the spec's judges only — a hosted judge's ratings never reach a
+    four-judge fit.
     """
     missing = [col for col in SELECTION_COLUMNS if col not in table.columns]
     if missing:
@@ -222,7 +244,7 @@ def select_ratings(table: pd.DataFrame, spec: FitSpec) -> pd.DataFrame:
         )
     seed = pd.to_numeric(table["seed"], errors="coerce")
     experimental = (table["corpus"] == spec.corpus) & (seed == spec.seed)
-    anchors = (table["corpus"] == "anchor") & (table["reference"] == "augmented")
+    anchors = (table["corpus"] == "anchor") & (table["reference"] == spec.anchor_reference)
     rows = table.loc[(experimental | anchors) & table["judge"].isin(spec.judges)].reset_index(drop=True)
     if not (rows["corpus"] == spec.corpus).any():
         raise RatingsError(
@@ -233,8 +255,8 @@ def select_ratings(table: pd.DataFrame, spec: FitSpec) -> pd.DataFrame:
     if absent:
         raise RatingsError(f"judge(s) {absent} have no ratings for {spec.dataset}/{spec.variant}")
     if not anchors.any():
-        raise RatingsError(f"no reference-augmented anchor ratings in the {spec.dataset} ratings table: "
-                           "the anchors fix the latent scale, so no fit is possible")
+        raise RatingsError(f"no reference-{spec.anchor_reference} anchor ratings in the {spec.dataset} ratings "
+                           "table: the anchors fix the latent scale, so no fit is possible")
     return rows
 
 

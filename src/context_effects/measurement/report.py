@@ -1,6 +1,8 @@
 """Seed 002's model-based tables (3, 4, 9, 10-12, 17, 20) from fit summaries and diagnostics,
-and this project's sensitivity table ``table3_generator_mean`` (the paper's model against the
-variant with per-generator trial-baseline means, ``measurement.model``).
+and this project's additions: ``table3_generator_mean`` (the paper's model against the variant
+with per-generator trial-baseline means, ``measurement.model``), ``table3_reference_free``
+(Table 3 beside the refit with reference-free anchors, §3.4) and ``table4_by_dataset`` (every
+fit's γ_j; Table 4 prints the primary dataset's alone, as the paper does).
 
 The tables are entries of Study C's registry (``context_effects.conformity.outputs``),
 which holds their captions, labels and formats; this module builds their rows and notes.
@@ -27,6 +29,7 @@ from context_effects.conformity.conditions import PEER_CONDITIONS
 from context_effects.measurement.pipeline import (
     DECOMPOSITION_TABLES,
     GENERATOR_MEAN_VARIANTS,
+    REFERENCE_FREE,
     FitSpec,
     assess,
     display_name,
@@ -45,7 +48,12 @@ CONDITION_LABELS = {"peer_correct": "All-Correct", "peer_wrong": "All-Wrong", "p
 TABLE3_CONDITIONS = ("peer_correct", "peer_wrong", "peer_mixed")
 #: The sensitivity table beside Table 3 (this project's addition; name ``table3_generator_mean``).
 GENERATOR_MEAN_TABLE = "3_generator_mean"
-TABLES = ("3", "4", "9", "10", "11", "12", "17", "20", GENERATOR_MEAN_TABLE)
+REFERENCE_FREE_TABLE = "3_reference_free"
+GAMMA_BY_DATASET_TABLE = "4_by_dataset"
+TABLES = ("3", "4", "9", "10", "11", "12", "17", "20", GENERATOR_MEAN_TABLE, REFERENCE_FREE_TABLE,
+          GAMMA_BY_DATASET_TABLE)
+OPEN_PANEL = "open-weight panel"
+HOSTED_PANEL = "frontier API judge"
 CORPUS_LABELS = {"main": "main corpus", "decomposition": "decomposition corpus"}
 OK = "ok"
 
@@ -112,6 +120,11 @@ def _spec(d: Mapping[str, Any]) -> FitSpec:
     return FitSpec(**{**d, "judges": tuple(d["judges"])})
 
 
+#: Table 3's quantities: (label, summary block, row selector).
+TABLE3_QUANTITIES = (*((CONDITION_LABELS[c], "total_shift", {"condition": c}) for c in TABLE3_CONDITIONS),
+                     ("Asym_total", "asym_total", {}))
+
+
 class Builder:
     """Builds one model-based table's rows and notes from the fits it reads.
 
@@ -167,21 +180,53 @@ class Builder:
     # ------------------------------------------------------------------ Table 4
 
     def table4(self) -> Built:
+        """The paper's Table 4: one row per judge, open-weight panel then frontier API judges,
+        all from the primary dataset (``table4_dataset``): the panel from its main fit, each
+        hosted judge from its own five-judge refit."""
+        cols = ["Panel", "Judge", "gamma_j", "95% CrI", "Pr(gamma_j > 0)", "Fit", "Diagnostics"]
+        ds = self.s["table4_dataset"]
+        rows, used, extra = [], [], []
+        mains = specs_for(self.plan, kind="main", dataset=ds)
+        for spec in mains:
+            res = self._res(spec)
+            used.append(res)
+            rows += [self._gamma_row(spec, res, j, r, OPEN_PANEL) for j, r in self._sorted_gammas(spec, res)]
+        hosted = specs_for(self.plan, kind="hosted", dataset=ds)
+        for spec in hosted:
+            res = self._res(spec)
+            used.append(res)
+            rows.append(self._gamma_row(spec, res, spec.hosted_judge, res.row("gamma", judge=spec.hosted_judge),
+                                        HOSTED_PANEL))
+        label = DATASET_LABELS.get(ds, ds)
+        if mains:
+            extra.append(f"All rows come from the {label} fits (the first of conformity.hosted_judge_datasets, as "
+                         "the paper's API rows are TruthfulQA refits): the open-weight rows from its main fit, "
+                         "sorted by gamma_j; every fit's loadings, for each dataset, are in table4_by_dataset.")
+        if hosted:
+            extra.append("Each frontier API judge's row comes from its own five-judge refit (the open-weight panel "
+                         "plus that judge); it is not the same posterior as the open-weight rows.")
+        elif "hosted" in self.omitted:
+            extra.append(f"No frontier API judge rows: {self.omitted['hosted']}.")
+        else:
+            extra.append(f"No frontier API judge rows: no hosted-judge refit on {label}.")
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, f"no main-corpus fit of {label}")
+        return Built(df, self._notes(used, extra))
+
+    def table4_by_dataset(self) -> Built:
         cols = ["Dataset", "Panel", "Judge", "gamma_j", "95% CrI", "Pr(gamma_j > 0)", "Fit", "Diagnostics"]
         rows, used = [], []
         for spec in specs_for(self.plan, kind="main"):
             res = self._res(spec)
             used.append(res)
-            judge_rows = [(j, res.row("gamma", judge=j)) for j in spec.judges]
-            judge_rows.sort(key=lambda jr: math.inf if jr[1] is None else jr[1]["mean"])
-            for j, r in judge_rows:
-                rows.append(self._gamma_row(spec, res, j, r, "open-weight panel"))
+            rows += [{"Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                      **self._gamma_row(spec, res, j, r, OPEN_PANEL)} for j, r in self._sorted_gammas(spec, res)]
         hosted = specs_for(self.plan, kind="hosted")
         for spec in hosted:
             res = self._res(spec)
             used.append(res)
-            rows.append(self._gamma_row(spec, res, spec.hosted_judge, res.row("gamma", judge=spec.hosted_judge),
-                                        "hosted API judge (own five-judge refit)"))
+            rows.append({"Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                         **self._gamma_row(spec, res, spec.hosted_judge,
+                                           res.row("gamma", judge=spec.hosted_judge), HOSTED_PANEL)})
         extra = []
         if hosted:
             extra.append("Each hosted judge's row comes from its own refit with the open-weight panel plus that "
@@ -191,9 +236,13 @@ class Builder:
         df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, "no main-corpus fit in this run")
         return Built(df, self._notes(used, extra))
 
+    @staticmethod
+    def _sorted_gammas(spec: FitSpec, res: FitResult) -> list[tuple[str, pd.Series | None]]:
+        judge_rows = [(j, res.row("gamma", judge=j)) for j in spec.judges]
+        return sorted(judge_rows, key=lambda jr: math.inf if jr[1] is None else jr[1]["mean"])
+
     def _gamma_row(self, spec, res, judge, r, panel) -> dict[str, Any]:
         return {
-            "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
             "Panel": panel,
             "Judge": self.name(judge),
             "gamma_j": float("nan") if r is None else float(r["mean"]),
@@ -218,13 +267,15 @@ class Builder:
             return "Generator baseline means, main corpus (table3_generator_mean)"
         if spec.kind == "decomposition-generator-mean":
             return "Generator baseline means, decomposition corpus (table3_generator_mean)"
+        if spec.kind == REFERENCE_FREE:
+            return "Reference-free anchor scoring (table3_reference_free)"
         return f"Five-judge panel, + {self.name(spec.hosted_judge)} (Table 4)"
 
     def table9(self) -> Built:
         cols = ["Fit", "Dataset", "R-hat", "ESS bulk", "ESS tail", "Divergences", "Chains", "Draws per chain",
                 "Method", "Diagnostics"]
-        order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4, "generator-mean": 5,
-                 "decomposition-generator-mean": 6}
+        order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4, REFERENCE_FREE: 5,
+                 "generator-mean": 6, "decomposition-generator-mean": 7}
         rows, used = [], []
         for spec in sorted(self.plan, key=lambda s: order[s.kind]):
             res = self._res(spec)
@@ -355,42 +406,46 @@ class Builder:
 
     # ------------------------------------------------------------------ Table 3, generator means
 
+    def _paired_cells(self, base_kind: str, variant_kind: str, used: list):
+        """Table 3's cells of each ``base_kind`` fit beside the same cell of its ``variant_kind``
+        refit (same dataset): yields (spec, base result, refit result, joint status, generator,
+        quantity label, base row, refit row); the results read are appended to ``used``."""
+        refits = {s.dataset: s for s in specs_for(self.plan, kind=variant_kind)}
+        for spec in specs_for(self.plan, kind=base_kind):
+            if spec.dataset not in refits:
+                continue
+            base, refit = self._res(spec), self._res(refits[spec.dataset])
+            used += [base, refit]
+            status = OK if base.status == OK and refit.status == OK else "FAILED"
+            for g in self._generators(base):
+                for label, block, labels in TABLE3_QUANTITIES:
+                    yield (spec, base, refit, status, g, label, base.row(block, generator=g, **labels),
+                           refit.row(block, generator=g, **labels))
+
     def table3_generator_mean(self) -> Built:
         """Table 3's quantities under the paper's model and under the generator-mean variant,
         for the main and the decomposition corpus of every dataset."""
         cols = ["Dataset", "Fit", "Model", "Quantity", "Paper model", "Generator-mean variant", "Difference",
                 "Sign or interval changes", "mu_g (variant)", "Diagnostics"]
-        quantities = [*((CONDITION_LABELS[c], "total_shift", {"condition": c}) for c in TABLE3_CONDITIONS),
-                      ("Asym_total", "asym_total", {})]
         rows, used, extra = [], [], []
         n_changed = n_cells = 0
         for base_kind, variant_kind in GENERATOR_MEAN_VARIANTS.items():
-            variants = {s.dataset: s for s in specs_for(self.plan, kind=variant_kind)}
-            for spec in specs_for(self.plan, kind=base_kind):
-                if spec.dataset not in variants:
-                    continue
-                paper, var = self._res(spec), self._res(variants[spec.dataset])
-                used += [paper, var]
-                status = OK if paper.status == OK and var.status == OK else "FAILED"
-                for g in self._generators(paper):
-                    mu = interval(var.row("mu_gen", generator=g))
-                    for label, block, labels in quantities:
-                        p, v = paper.row(block, generator=g, **labels), var.row(block, generator=g, **labels)
-                        flag = changes_call(p, v)
-                        n_cells += flag != "--"
-                        n_changed += flag == "yes"
-                        rows.append({
-                            "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
-                            "Fit": CORPUS_LABELS.get(base_kind, base_kind),
-                            "Model": self.name(g),
-                            "Quantity": label,
-                            "Paper model": interval(p),
-                            "Generator-mean variant": interval(v),
-                            "Difference": float("nan") if p is None or v is None else float(v["mean"] - p["mean"]),
-                            "Sign or interval changes": flag,
-                            "mu_g (variant)": mu,
-                            "Diagnostics": status,
-                        })
+            for spec, _, var, status, g, label, p, v in self._paired_cells(base_kind, variant_kind, used):
+                flag = changes_call(p, v)
+                n_cells += flag != "--"
+                n_changed += flag == "yes"
+                rows.append({
+                    "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                    "Fit": CORPUS_LABELS.get(base_kind, base_kind),
+                    "Model": self.name(g),
+                    "Quantity": label,
+                    "Paper model": interval(p),
+                    "Generator-mean variant": interval(v),
+                    "Difference": float("nan") if p is None or v is None else float(v["mean"] - p["mean"]),
+                    "Sign or interval changes": flag,
+                    "mu_g (variant)": interval(var.row("mu_gen", generator=g)),
+                    "Diagnostics": status,
+                })
         if rows:
             extra += [
                 "Paper model: seed 002's measurement model (Eq. 6), trial baselines b_t ~ N(0, sigma_b); this is the "
@@ -414,10 +469,57 @@ class Builder:
             df = self._empty(cols, why)
         return Built(df, self._notes(used, extra))
 
+    # ------------------------------------------------------------------ Table 3, reference-free anchors
+
+    def table3_reference_free(self) -> Built:
+        """Table 3's quantities with reference-augmented anchors (the paper's primary fit)
+        beside the refit whose anchors are scored reference-free (§3.4)."""
+        cols = ["Dataset", "Model", "Quantity", "Reference-augmented anchors", "Reference-free anchors",
+                "Difference", "Sign changes", "Sign or interval changes", "Diagnostics"]
+        rows, used, extra = [], [], []
+        n_sign = n_asym_sign = n_asym = 0
+        for spec, _, _, status, g, label, a, f in self._paired_cells("main", REFERENCE_FREE, used):
+            sign = "--" if a is None or f is None else ("yes" if (a["mean"] > 0) != (f["mean"] > 0) else "no")
+            n_sign += sign == "yes"
+            if label == "Asym_total" and sign != "--":
+                n_asym += 1
+                n_asym_sign += sign == "yes"
+            rows.append({
+                "Dataset": DATASET_LABELS.get(spec.dataset, spec.dataset),
+                "Model": self.name(g),
+                "Quantity": label,
+                "Reference-augmented anchors": interval(a),
+                "Reference-free anchors": interval(f),
+                "Difference": float("nan") if a is None or f is None else float(f["mean"] - a["mean"]),
+                "Sign changes": sign,
+                "Sign or interval changes": changes_call(a, f),
+                "Diagnostics": status,
+            })
+        if rows:
+            extra += [
+                "Reference-augmented anchors: Table 3's fit (the anchors' ratings scored with the gold answer "
+                "shown, seed 002's primary estimates). Reference-free anchors: the same data and model with the "
+                "anchors' reference-free ratings instead (the anchor audit's left column, Table 5). Seed 002 "
+                "(Anchor Calibration is Necessary) reports that such a reference-free intermediate fit changed the "
+                "direction of the estimated asymmetry despite satisfactory sampling diagnostics.",
+                f"Difference: reference-free minus reference-augmented posterior mean. Sign changes: the posterior "
+                f"mean changes sign ({n_sign} of {len(rows)} cells; Asym_total: {n_asym_sign} of {n_asym}). Sign or "
+                "interval changes: also when the 95% credible interval excludes zero in one fit but not the other.",
+            ]
+            df = pd.DataFrame(rows, columns=cols)
+        else:
+            why = self.omitted.get(REFERENCE_FREE, "no main-corpus fit in this run")
+            df = self._empty(cols, why)
+        return Built(df, self._notes(used, extra))
+
     def build(self, number: str) -> Built:
         number = str(number)
         if number == GENERATOR_MEAN_TABLE:
             return self.table3_generator_mean()
+        if number == REFERENCE_FREE_TABLE:
+            return self.table3_reference_free()
+        if number == GAMMA_BY_DATASET_TABLE:
+            return self.table4_by_dataset()
         if number == "3":
             return self.table3()
         if number == "4":
@@ -447,7 +549,14 @@ def table_fits(config: Mapping[str, Any], number: str) -> list[FitSpec]:
             refit_datasets = {s.dataset for s in refits}
             fits += [s for s in specs_for(plan, kind=base) if s.dataset in refit_datasets] + refits
         return fits
+    if number == REFERENCE_FREE_TABLE:
+        refit_datasets = {s.dataset for s in specs_for(plan, kind=REFERENCE_FREE)}
+        return [s for s in specs_for(plan, kind="main") if s.dataset in refit_datasets] + specs_for(
+            plan, kind=REFERENCE_FREE)
     if number == "4":
+        ds = table4_dataset(config)
+        return specs_for(plan, kind="main", dataset=ds) + specs_for(plan, kind="hosted", dataset=ds)
+    if number == GAMMA_BY_DATASET_TABLE:
         return specs_for(plan, kind="main") + specs_for(plan, kind="hosted")
     if number == "9":
         return list(plan)
@@ -462,6 +571,16 @@ def table_fits(config: Mapping[str, Any], number: str) -> list[FitSpec]:
     raise ValueError(f"no model-based table {number!r}; known: {TABLES}")
 
 
+def table4_dataset(config: Mapping[str, Any]) -> str:
+    """The dataset whose fits Table 4 prints: the first of ``hosted_judge_datasets`` that the
+    run has (the paper's API rows are TruthfulQA refits), else the first dataset
+    (docs/deviations.yaml#table4-primary-dataset)."""
+    c = config["conformity"]
+    datasets = list(c["datasets"])
+    hosted = [d for d in c.get("hosted_judge_datasets", []) if d in datasets]
+    return hosted[0] if hosted else (datasets[0] if datasets else "")
+
+
 def table_settings(config: Mapping[str, Any], number: str) -> dict[str, Any]:
     """Exactly what one model-based table reads from the config (its rule's params): the
     fits it reports, the variants the plan left out and why, and the values it prints."""
@@ -469,7 +588,9 @@ def table_settings(config: Mapping[str, Any], number: str) -> dict[str, Any]:
     f = c["fit"]
     fits = table_fits(config, number)
     models = [*c["generators"], *(j for s in fits for j in s.judges)]
+    extra = {"table4_dataset": table4_dataset(config)} if str(number) == "4" else {}
     return {
+        **extra,
         "number": str(number),
         "fits": [s.as_dict() for s in fits],
         "omitted": omitted_fits(config),

@@ -164,7 +164,7 @@ def packages_table(config: Mapping[str, Any], metric_infos: list[Mapping[str, An
     rows = [
         ("Generation and judging", engine, checkpoints,
          f"generation: {_fmt(gen, ('temperature', 'top_p', 'max_tokens', 'max_attempts'))}; "
-         f"judging: {_fmt(jud, ('temperature', 'top_p', 'max_tokens', 'max_attempts'))}"),
+         f"judging: {_fmt(jud, ('temperature', 'top_p', 'max_tokens', 'max_attempts', 'decoding'))}"),
         ("NLI and false endorsement", f"transformers {_version(pk, 'transformers')}", model_or_not(v["nli_model"]),
          f"softmax entailment, max_length={v['nli_max_length_alignment']} (gold), "
          f"{v['nli_max_length_endorsement']} (false endorsement), batch {v['nli_batch_size']}"),

@@ -4,9 +4,11 @@ What the API cannot do is recorded in each result, not papered over, so a reader
 of the responses sees which settings a hosted model actually ran with:
 
 - no logprobs, so ``first_token_logprobs``/``probe_probs`` stay empty;
-- recent models take no ``temperature``/``top_p`` (the 2.x SDK dropped them), so
-  they are not sent and every result says so in ``notes``; an Anthropic judge can
-  therefore not be made greedy — variance comes from repeated samples instead;
+- recent models take no ``temperature``/``top_p`` (the 2.x SDK dropped them) and
+  the API has no ``seed``: the ``anthropic`` capability profile rules them out, so a
+  conformed request holds None for them (the store key says what was sent), and a
+  request that still carries one gets a note saying it was not sent; an Anthropic
+  judge can therefore not be made greedy — variance comes from repeated samples;
 - no base-model completion endpoint, so ``mode == "completion"`` fails the request.
 
 System turns go to the ``system`` parameter; a JSON schema goes to
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_effects.llm.backends.hosted import HostedAPIBackend, RunContext
+from context_effects.llm.capabilities import SERVED_MODEL_NOTE
 from context_effects.llm.retry import SDKErrors
 from context_effects.llm.types import LLMRequest, LLMResult
 
@@ -92,16 +95,20 @@ class AnthropicBackend(HostedAPIBackend):
         }
         if system:
             params["system"] = system
-        # Exactly what was asked for but not sent. temperature is always listed:
-        # every request carries one (0.0 = greedy) and it is never honoured.
-        dropped = [f"temperature not sent: {NOT_SUPPORTED}"]
-        if s.top_p != 1.0:
+        # A conformed request (llm/capabilities.py) holds None for what the profile rules
+        # out; a request built without a profile may still carry settings, and each one
+        # is listed as asked for but not sent.
+        dropped = []
+        if s.temperature is not None:
+            dropped.append(f"temperature not sent: {NOT_SUPPORTED}")
+        if s.top_p is not None and s.top_p != 1.0:
             dropped.append(f"top_p not sent: {NOT_SUPPORTED}")
         if s.seed is not None:
             dropped.append(f"seed not sent: {NOT_SUPPORTED}")
-        dropped.append("no logprobs available")
+        if s.reasoning_effort is not None:
+            dropped.append(f"reasoning_effort not sent: {NOT_SUPPORTED}")
         if s.logprobs is not None or s.probe_tokens:
-            dropped[-1] += " (logprobs/probe_tokens requested)"
+            dropped.append("no logprobs available (logprobs/probe_tokens requested)")
         if request.output_schema is not None:
             if self.structured_output:
                 params["output_config"] = {"format": {"type": "json_schema", "schema": request.output_schema}}
@@ -122,8 +129,8 @@ class AnthropicBackend(HostedAPIBackend):
         # them missing as "empty"/"refusal" (llm/replies.py, no_answer_reason).
         if not texts:
             notes.append(f"no text in the reply (stop_reason={stop})")
-        if data.get("model") and data["model"] != request.model.model_id:
-            notes.append(f"served_model={data['model']}")
+        if data.get("model"):
+            notes.append(f"{SERVED_MODEL_NOTE}={data['model']}")
         if batch_id:
             notes.append(f"batch_api={batch_id}")
         usage = data.get("usage") or {}

@@ -18,7 +18,8 @@ from typing import Any
 from context_effects.llm.backends.hosted import HostedAPIBackend, RunContext
 from context_effects.llm.replies import REFUSAL
 from context_effects.llm.retry import SDKErrors
-from context_effects.llm.types import LLMRequest, LLMResult
+from context_effects.llm.capabilities import FINGERPRINT_NOTE, SERVED_MODEL_NOTE
+from context_effects.llm.types import LLMRequest, LLMResult, Sampling
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETION_ENDPOINT = "/v1/completions"
@@ -53,6 +54,15 @@ def render_prompt(request: LLMRequest) -> tuple[str, str]:
     return "\n\n".join(content for _, content in request.messages), (
         f"completion mode: {len(request.messages)} messages joined by blank lines, roles dropped"
     )
+
+
+def _add_sampling(body: dict[str, Any], s: Sampling) -> None:
+    # None means the model's capability profile rules the setting out: not sent at all,
+    # since reasoning models answer HTTP 400 even to their own default value.
+    for name in ("temperature", "top_p", "seed"):
+        value = getattr(s, name)
+        if value is not None:
+            body[name] = value
 
 
 def probe_probabilities(top: dict[str, float] | None, probes: tuple[str, ...]) -> dict[str, float] | None:
@@ -141,12 +151,11 @@ class OpenAIBackend(HostedAPIBackend):
         body: dict[str, Any] = {
             "model": request.model.model_id,
             "messages": [{"role": role, "content": content} for role, content in request.messages],
-            "temperature": s.temperature,
-            "top_p": s.top_p,
             self.max_tokens_param: s.max_tokens,
         }
-        if s.seed is not None:
-            body["seed"] = s.seed
+        _add_sampling(body, s)
+        if s.reasoning_effort is not None:
+            body["reasoning_effort"] = s.reasoning_effort
         k = s.logprobs
         if k is None and s.probe_tokens:
             # Probe probabilities can only be read off the top alternatives, so ask for as many as allowed.
@@ -174,12 +183,9 @@ class OpenAIBackend(HostedAPIBackend):
         body: dict[str, Any] = {
             "model": request.model.model_id,
             "prompt": prompt,
-            "temperature": s.temperature,
-            "top_p": s.top_p,
             "max_tokens": s.max_tokens,
         }
-        if s.seed is not None:
-            body["seed"] = s.seed
+        _add_sampling(body, s)
         k = s.logprobs
         if k is None and s.probe_tokens:
             k = self.completion_logprobs_max
@@ -241,10 +247,11 @@ class OpenAIBackend(HostedAPIBackend):
         wants_lp = request.sampling.logprobs is not None or bool(request.sampling.probe_tokens)
         if wants_lp and top is None and text:
             notes.append("no logprobs in the response")
+        # The snapshot that answered, not only the configured alias (capabilities.served_version).
+        if data.get("model"):
+            notes.append(f"{SERVED_MODEL_NOTE}={data['model']}")
         if data.get("system_fingerprint"):
-            notes.append(f"system_fingerprint={data['system_fingerprint']}")
-        if data.get("model") and data["model"] != request.model.model_id:
-            notes.append(f"served_model={data['model']}")
+            notes.append(f"{FINGERPRINT_NOTE}={data['system_fingerprint']}")
         if batch_id:
             notes.append(f"batch_api={batch_id}")
         usage = data.get("usage") or {}

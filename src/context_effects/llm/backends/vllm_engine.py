@@ -91,6 +91,10 @@ def merge_system_into_user(
     return out, any(role == "system" for role, _ in messages)
 
 
+#: A sampled request on the CPU engine, which cannot take a per-request seed (``unseeded``).
+CPU_UNSEEDED_NOTE = "seed not applied: vLLM's CPU engine cannot seed a sampled request (sampled unseeded)"
+
+
 def _on_cpu() -> bool:
     try:
         from vllm.platforms import current_platform
@@ -214,6 +218,7 @@ class VLLMBackend(Backend):
         self.use_tqdm = use_tqdm
         self.engine_kwargs = dict(engine_kwargs or {})
         self._llm: Any = None
+        self._cpu: bool | None = None  # the platform, asked once (unseeded)
         self._tokenizer: Any = None
         self._probe_ids: dict[str, list[int]] = {}
         self.load_seconds: float | None = None
@@ -320,6 +325,18 @@ class VLLMBackend(Backend):
                 notes.append(f"probe {probe!r} is not a single token: left out of probe_probs")
         return found, notes
 
+    def unseeded(self, request: LLMRequest) -> bool:
+        """Whether the request's seed cannot be applied: vLLM's CPU engine fails a whole batch
+        on a seeded sampling request ("CPU Generator does not use offset"), so a sampled
+        request runs there without its per-request seed (its result says so). Greedy
+        decoding ignores the seed, so it is always passed then."""
+        s = request.sampling
+        if s.seed is None or s.temperature == 0:
+            return False
+        if self._cpu is None:
+            self._cpu = _on_cpu()
+        return self._cpu
+
     def _sampling_params(
         self,
         request: LLMRequest,
@@ -333,10 +350,11 @@ class VLLMBackend(Backend):
 
         s = request.sampling
         kwargs: dict[str, Any] = dict(
-            temperature=s.temperature,
-            top_p=s.top_p,
+            # None (not sent, llm/capabilities.py) is the engine's own default of 1.0.
+            temperature=1.0 if s.temperature is None else s.temperature,
+            top_p=1.0 if s.top_p is None else s.top_p,
             max_tokens=max_tokens if max_tokens is not None else s.max_tokens,
-            seed=s.seed,
+            seed=None if self.unseeded(request) else s.seed,
         )
         if token_ids:
             kwargs["logprob_token_ids"] = token_ids
@@ -461,6 +479,8 @@ class VLLMBackend(Backend):
                     probe_ids, probe_notes = self._probe_ids_for(s.probe_tokens)
                     notes += probe_notes
                 ids = sorted({i for v in probe_ids.values() for i in v})
+                if self.unseeded(req):
+                    notes.append(CPU_UNSEEDED_NOTE)
                 plan: dict[str, Any] = {"req": req, "notes": notes, "probe_ids": probe_ids, "top_k": k}
                 if ids and k is None:
                     params = self._sampling_params(req, top_k=None, token_ids=ids)

@@ -1,0 +1,322 @@
+"""Items and peer blocks from the predecessor release (conformity.release; seed 002 §2.2, App. A.8).
+
+Tests marked ``shared`` read the release and benchmark copies beside the checkout
+(``../shared/datasets``) and are skipped where that folder is absent; the others use the
+release rows shipped for the demo (data/demo/release/).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from context_effects.config import ConfigError, load_config, validate_config
+from context_effects.conformity import peers, release
+from context_effects.conformity import requests as creq
+from context_effects.datasets import build_item_table, read_items, write_items
+from context_effects.report import peer_source_section
+
+SHARED = REPO.parents[0] / "shared" / "datasets"
+RELEASE = SHARED / "predecessor-release"
+DEMO = REPO / "data" / "demo" / "release"
+shared = pytest.mark.skipif(not RELEASE.is_dir(), reason="no shared release copy beside the checkout")
+
+MODEL_CFG = {"backend": "synthetic", "model_id": "m", "synthetic": {"empty_rate": 0.0}}
+GEN = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 300}
+LINE = re.compile(r"^(?P<name>[^:()]+?)(?: \((?P<role>[^()]+)\))?: (?P<phrase>.*?)(?P<letter>[A-Z]|[0-9]+)\.$")
+
+SOURCES = {  # dataset -> (benchmark split the release sampled, release file)
+    "truthfulqa": ("truthfulqa/truthfulqa_generation.jsonl", "truthfulqa_sample500.rq1_rq3.jsonl"),
+    "arc_challenge": ("arc_challenge/ARC-Challenge-Train.jsonl", "arc_challenge_sample500.rq1_rq3.jsonl"),
+    "mmlu_pro": ("mmlu_pro/mmlu_pro_test.jsonl", "mmlu_pro_sample500.rq2a.jsonl"),
+}
+DEMO_SOURCES = {
+    "truthfulqa": (DEMO / "truthfulqa_generation.demo.jsonl", DEMO / "truthfulqa_sample500.rq1_rq3.demo.jsonl"),
+    "arc_challenge": (DEMO / "ARC-Challenge-Train.demo.jsonl", DEMO / "arc_challenge_sample500.rq1_rq3.demo.jsonl"),
+}
+
+
+def _build(raw: Path, rel: Path, dataset: str, peer_source: str = "release"):
+    return build_item_table(dataset, {"kind": "local", "path": str(raw)}, n_items=500, sample_seed=42,
+                            attractor_seed=42, sample={"source": "release", "path": str(rel)},
+                            peer_source=peer_source)
+
+
+@pytest.fixture(scope="module")
+def shared_items():
+    return {d: _build(SHARED / raw, RELEASE / rel, d) for d, (raw, rel) in SOURCES.items()} if RELEASE.is_dir() else {}
+
+
+@pytest.fixture(scope="module")
+def demo_items():
+    return {d: _build(raw, rel, d) for d, (raw, rel) in DEMO_SOURCES.items()}
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _expected_block(row: dict, gold: str, wrong: str) -> str:
+    """The documented rendering, rebuilt independently from one release row."""
+    key = row["answer"]["label"].strip("()")
+    units = []
+    for line in row["perturbed_prompt"].split("\n\n"):
+        m = LINE.match(line)
+        who = m["name"] + (f" ({m['role']})" if m["role"] else "")
+        units.append(f'{who}: {m["phrase"]}"{gold if m["letter"] == key else wrong}"')
+    return "; ".join(units)
+
+
+def _arc_key(row: dict) -> str:
+    """The ARC id of a release row or an item-table row."""
+    return str(row.get("original_instance_ID") or row["item_id"].removeprefix("arc_challenge-"))
+
+
+def _check_blocks(items, rows, match_key):
+    """Every released condition of every item renders as the release's speakers with texts."""
+    by_item = {}
+    for r in rows:
+        by_item.setdefault(match_key(r), {})[r["condition_id"]] = r
+    blocks = items.attrs["release_blocks"]
+    for item in items.to_dict("records"):
+        conds = by_item[match_key(item)]
+        assert len(conds) == 6
+        for cid, (pol, auth) in release.CONDITIONS.items():
+            row = conds[cid]
+            block = peers.peer_block(item, pol, auth, 42, release=blocks[item["item_id"]])
+            assert block.text == _expected_block(row, item["gold_answer"], item["wrong_attractor"])
+            assert sum(t == item["gold_answer"] for t in block.endorsed) == row["correct_peer_count"]
+            assert set(block.endorsed) <= {item["gold_answer"], item["wrong_attractor"]}
+            roles = [block.text[a:b] for a, b in block.role_spans]
+            want = re.findall(r"^[^:(]+ (\([^()]+\)):", row["perturbed_prompt"], flags=re.M)
+            assert roles == [" " + w for w in want] and len(roles) == row["n_authority"]
+
+
+# ------------------------------------------------------------------- items (shared)
+
+
+@shared
+@pytest.mark.parametrize("dataset", sorted(SOURCES))
+def test_release_items_match_the_release_row_for_row(shared_items, dataset):
+    items = shared_items[dataset]
+    rows = release.read_release(RELEASE / SOURCES[dataset][1])
+    released = release.release_items(rows)
+    assert len(items) == len(released) == 500
+    assert items.attrs["sample"]["source"] == "release"
+    assert items.attrs["sample"]["commit"] == release.RELEASE_COMMIT
+    assert items.attrs["sample"]["sha256"] == release.RELEASE_FILES[SOURCES[dataset][1]]["sha256"]
+    by_q = {_norm(q): r for q, r in zip(items.question, items.to_dict("records"))}
+    by_id = {r["item_id"]: r for r in items.to_dict("records")}
+    for rel in released:
+        if dataset == "truthfulqa":
+            item = by_q[_norm(rel["question"])]
+            # The open-ended gold is the generation split's best answer, not the MC sentence.
+            assert item["gold_answer"] in item["correct_answers"]
+        else:
+            # By id: ARC repeats some question texts under other ids.
+            item = by_id[f"{dataset}-{rel['original_instance_ID']}"]
+            assert _norm(item["question"]) == _norm(rel["question"])
+            assert _norm(item["gold_answer"]) == _norm(rel["answer"]["text"])
+        assert item["wrong_attractor"] in item["incorrect_answers"]
+
+
+@shared
+def test_truthfulqa_release_rows_count_the_multiple_choice_split():
+    # Why TruthfulQA is matched by question text: the two splits order rows differently.
+    gen = [json.loads(line) for line in (SHARED / "truthfulqa/truthfulqa_generation.jsonl").open()]
+    mc = json.loads((SHARED / "truthfulqa/mc_task.json").read_text())
+    rows = release.release_items(release.read_release(RELEASE / SOURCES["truthfulqa"][1]))
+    assert all(_norm(mc[r["source_row_index"]]["question"]) == _norm(r["question"]) for r in rows)
+    assert sum(_norm(gen[r["source_row_index"]]["question"]) == _norm(r["question"]) for r in rows) < 5
+
+
+@shared
+def test_shared_release_checksums_are_the_pinned_ones():
+    for name, spec in release.RELEASE_FILES.items():
+        assert release.sha256_of(RELEASE / name) == spec["sha256"]
+
+
+@shared
+def test_released_blocks_keep_speakers_phrases_and_roles(shared_items):
+    tqa_rows = release.read_release(RELEASE / SOURCES["truthfulqa"][1])
+    _check_blocks(shared_items["truthfulqa"], tqa_rows, lambda r: _norm(r["question"]))
+    arc_rows = release.read_release(RELEASE / SOURCES["arc_challenge"][1])
+    _check_blocks(shared_items["arc_challenge"], arc_rows, _arc_key)
+
+
+@shared
+def test_wrong_letters_drawn_per_condition_map_to_one_attractor(shared_items):
+    items = shared_items["arc_challenge"]
+    for item in items.to_dict("records"):
+        blocks = items.attrs["release_blocks"][item["item_id"]]
+        wrong = {t for auth in ("present", "absent") for pol in ("wrong", "mixed")
+                 for t in peers.peer_block(item, pol, auth, 42, release=blocks).endorsed} - {item["gold_answer"]}
+        assert wrong == {item["wrong_attractor"]}
+
+
+@shared
+def test_mmlu_pro_falls_back_to_the_generator(shared_items):
+    items = shared_items["mmlu_pro"]
+    assert items.attrs["peer_source"]["used"] == "generated"
+    assert "no rq1_rq3 peer blocks" in items.attrs["peer_source"]["why"]
+    assert "release_blocks" not in items.attrs
+    reqs = creq.round2_requests(items.iloc[:2], {i: "x" for i in items.item_id[:2]}, "m", MODEL_CFG, GEN, 42)
+    item = items.iloc[0].to_dict()
+    want = peers.peer_block(item, "correct", "present", 42).text
+    assert want in reqs[1].messages[-1][1]
+
+
+@shared
+def test_arc_release_is_not_in_the_test_split():
+    # The release sampled ARC-Challenge train; loading test must fail naming items and the fix.
+    with pytest.raises(release.ReleaseMatchError, match=r"(?s)500 of 500 items.*train split.*Mercury_7145495"):
+        _build(SHARED / "arc_challenge/ARC-Challenge-Test.jsonl", RELEASE / SOURCES["arc_challenge"][1],
+               "arc_challenge")
+
+
+# ------------------------------------------------------------ shipped demo rows
+
+
+def test_demo_release_items_and_numeric_labels(demo_items):
+    arc = demo_items["arc_challenge"]
+    assert len(arc) == 4 and len(demo_items["truthfulqa"]) == 4
+    rows = release.read_release(DEMO_SOURCES["arc_challenge"][1])
+    _check_blocks(arc, rows, _arc_key)
+    numeric = arc[arc.item_id == "arc_challenge-NYSEDREGENTS_2007_8_6"].iloc[0].to_dict()
+    assert list(numeric["option_labels"]) == ["1", "2", "3", "4"]
+    block = peers.peer_block(numeric, "correct", "present", 42,
+                             release=arc.attrs["release_blocks"][numeric["item_id"]])
+    assert block.endorsed == (numeric["gold_answer"],) * 6 and not re.search(r" [0-9]\.(;|$)", block.text)
+    _check_blocks(demo_items["truthfulqa"], release.read_release(DEMO_SOURCES["truthfulqa"][1]),
+                  lambda r: _norm(r["question"]))
+
+
+def test_release_metadata_survives_the_item_table(demo_items, tmp_path):
+    items = demo_items["truthfulqa"]
+    write_items(items, tmp_path / "results/items/truthfulqa.parquet")
+    back = read_items(tmp_path / "results/items/truthfulqa.parquet")
+    assert back.attrs["release_blocks"] == items.attrs["release_blocks"]
+    assert back.attrs["peer_source"]["used"] == "release" and back.attrs["panel_seed"] == 42
+    section = "\n".join(peer_source_section({"conformity": {"datasets": ["truthfulqa", "mmlu_pro"],
+                                                            "peers": {"source": "release"}}}, tmp_path))
+    assert "| truthfulqa | release (4 items" in section and "| release |" in section
+
+
+def test_unmatched_item_names_the_item_and_the_fix(tmp_path):
+    lines = DEMO_SOURCES["truthfulqa"][1].read_text().splitlines()
+    bad = [json.loads(line) for line in lines]
+    for row in bad:
+        if row["original_instance_ID"] == 372:
+            row["question"] = "What colour is a question no split holds?"
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in bad) + "\n")
+    with pytest.raises(release.ReleaseMatchError) as exc:
+        _build(DEMO_SOURCES["truthfulqa"][0], path, "truthfulqa")
+    msg = str(exc.value)
+    assert "release item 372" in msg and "1 of 4 items" in msg and "load the split and revision" in msg
+    arc = [json.loads(line) for line in DEMO_SOURCES["arc_challenge"][1].read_text().splitlines()]
+    for row in arc:
+        if row["original_instance_ID"] == "TAKS_2009_8_19":
+            row["answer"] = {"label": "(A)", "text": "a text the key does not give"}
+    path.write_text("\n".join(json.dumps(r) for r in arc) + "\n")
+    with pytest.raises(release.ReleaseMatchError, match=r"TAKS_2009_8_19.*answer key differs"):
+        _build(DEMO_SOURCES["arc_challenge"][0], path, "arc_challenge")
+
+
+def test_generated_peer_source_ignores_released_blocks(demo_items):
+    items = _build(*DEMO_SOURCES["arc_challenge"], "arc_challenge", peer_source="generated")
+    assert items.attrs["peer_source"]["used"] == "generated" and "release_blocks" not in items.attrs
+    reqs = creq.round2_requests(items, {i: "x" for i in items.item_id}, "m", MODEL_CFG, GEN, 42)
+    assert "(" not in reqs[1].meta["peer_block"].split(":")[0]  # generated: "Name, role," not "Name (role)"
+
+
+# ------------------------------------------------------ identical prompts across executions
+
+
+@pytest.mark.parametrize("source", ["release", "generated"])
+def test_prompts_are_byte_identical_across_executions(demo_items, source):
+    items = demo_items["truthfulqa"] if source == "release" else _build(
+        *DEMO_SOURCES["truthfulqa"], "truthfulqa", peer_source="generated")
+    answers = {i: "An answer." for i in items.item_id}
+    runs = {s: creq.round2_requests(items, answers, "m", MODEL_CFG, GEN, s) for s in (42, 43, 44)}
+    for corpus in ("main", "decomposition"):
+        if corpus == "decomposition":
+            runs = {s: creq.round2_requests(items, answers, "m", MODEL_CFG, GEN, s, "decomposition",
+                                            authority_variants=("present",)) for s in (42, 43)}
+        seeds = sorted(runs)
+        for a, b in zip(seeds, seeds[1:]):
+            assert [r.messages for r in runs[a]] == [r.messages for r in runs[b]]
+            assert all(x.key != y.key for x, y in zip(runs[a], runs[b]))
+            assert {r.sampling.seed for r in runs[b]} == {b}
+
+
+def test_panel_seed_comes_from_the_item_table_not_the_execution(demo_items):
+    items = _build(*DEMO_SOURCES["truthfulqa"], "truthfulqa", peer_source="generated")
+    answers = {i: "x" for i in items.item_id}
+    base = creq.round2_requests(items, answers, "m", MODEL_CFG, GEN, 43)
+    other = creq.round2_requests(items, answers, "m", MODEL_CFG, GEN, 43, panel_seed=7)
+    assert [r.messages for r in base] != [r.messages for r in other]
+    plain = creq.round2_requests(items.to_dict("records"), answers, "m", MODEL_CFG, GEN, 44)
+    assert [r.messages for r in plain] == [r.messages for r in base]  # DEFAULT_PANEL_SEED = sampling seed 42
+
+
+# --------------------------------------------------------------------- config and fetch
+
+
+def test_config_sample_and_peer_source_are_validated():
+    demo = load_config(REPO / "config/demo.yaml")
+    validate_config(demo, workdir=REPO)
+    for edit, pattern in [
+        (lambda c: c["conformity"]["peers"].update(source="bogus"), r"conformity.peers.source"),
+        (lambda c: c["datasets"]["truthfulqa"]["sample"].update(source="qu"), r"sample.source"),
+        (lambda c: c["datasets"]["truthfulqa"]["sample"].update(extra=1), r"sample"),
+        (lambda c: c["datasets"]["truthfulqa"]["sample"].update(path=None), r"sample.path.*not set"),
+        (lambda c: c["datasets"]["truthfulqa"]["sample"].update(path="data/demo/none.jsonl"), r"does not exist"),
+        (lambda c: c["datasets"]["truthfulqa"]["sample"].update(path="resources/release/x.jsonl"),
+         r"fetch_release rule knows only"),
+        (lambda c: c["conformity"]["peers"].update(n_speakers=4), r"released blocks have 6 speakers"),
+    ]:
+        cfg = copy.deepcopy(demo)
+        edit(cfg)
+        with pytest.raises(ConfigError, match=pattern):
+            validate_config(cfg, workdir=REPO)
+
+
+def test_paper_config_uses_the_release_for_every_dataset():
+    cfg = validate_config(load_config(REPO / "config/config.yaml"))
+    assert cfg["conformity"]["peers"]["source"] == "release"
+    for name, ds in cfg["datasets"].items():
+        assert ds["sample"]["source"] == "release"
+        assert Path(ds["sample"]["path"]).parent.as_posix() == release.FETCH_DIR
+        assert Path(ds["sample"]["path"]).name in release.RELEASE_FILES
+    assert cfg["datasets"]["arc_challenge"]["hub"]["split"] == "train"
+
+
+def test_demo_config_needs_nothing_outside_the_repository():
+    cfg = validate_config(load_config(REPO / "config/demo.yaml"))
+    for ds in cfg["datasets"].values():
+        for path in (ds.get("local_path"), (ds.get("sample") or {}).get("path")):
+            assert path is None or (path.startswith("data/demo/") and (REPO / path).is_file())
+
+
+def test_fetch_checks_the_pinned_checksum(tmp_path, monkeypatch):
+    name = "truthfulqa_sample500.rq1_rq3.jsonl"
+    src = DEMO_SOURCES["truthfulqa"][1]
+    monkeypatch.setattr(release, "release_url", lambda n: src.resolve().as_uri())
+    with pytest.raises(release.ReleaseError, match="differs from the pinned"):
+        release.fetch(name, tmp_path / name)
+    assert not (tmp_path / name).exists() and not list(tmp_path.iterdir())
+    monkeypatch.setitem(release.RELEASE_FILES, name, {"path": "x", "sha256": release.sha256_of(src)})
+    release.fetch(name, tmp_path / name)
+    assert (tmp_path / name).read_bytes() == src.read_bytes()
+
+
+def test_release_url_is_the_pinned_raw_github_file():
+    url = release.release_url("mmlu_pro_sample500.rq2a.jsonl")
+    assert url == ("https://raw.githubusercontent.com/yibo-hu-lab/Easier-to-Mislead-Than-to-Correct/"
+                   "29feb84e37df8f08ecf9277d659dc5b3364e58c7/perturbed_dataset/rq2/rq2a/data/mmlu_pro_sample500.jsonl")

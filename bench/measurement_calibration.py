@@ -144,6 +144,26 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
     return summary
 
 
+def _settings_key(args) -> dict:
+    """The settings a replicate's result depends on (not how many replicates, not where they go)."""
+    return {k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume")}
+
+
+def _resumed(args) -> list[dict]:
+    """Replicates already written to ``args.json`` by a run with the same settings. A replicate
+    is a pure function of its seed and the settings, so an interrupted multi-hour run can go on
+    where it stopped instead of starting over."""
+    path = Path(args.json)
+    if not path.exists():
+        return []
+    stored = json.loads(path.read_text())
+    saved = stored.get("settings") or stored.get("summary", {}).get("settings")
+    if saved is not None and _settings_key(argparse.Namespace(**saved)) != _settings_key(args):
+        raise SystemExit(f"{path} was written with other settings ({_settings_key(argparse.Namespace(**saved))}); "
+                         "use another --json file or the same settings")
+    return [r for r in stored["replicates"] if r["seed"] < args.replicates]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicates", type=int, default=50)
@@ -159,7 +179,11 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--json", help="also write per-replicate results and the summary here")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the replicates already in --json (same settings) and run only the missing seeds")
     args = ap.parse_args()
+    if args.resume and not args.json:
+        ap.error("--resume needs --json (the file whose replicates are kept)")
     if args.scale is not None and not args.scale > 0:
         ap.error("--scale must be positive")
     paper = args.scale is not None
@@ -171,8 +195,13 @@ def main() -> None:
         args.judges = PAPER_JUDGES if paper else 3
     blocks = blocks_of(args)
     t0 = time.perf_counter()
-    results = []
+    results = _resumed(args) if args.resume else []
+    done = {r["seed"] for r in results}
+    if done:
+        print(f"resuming: {len(done)} replicate(s) already in {args.json}", flush=True)
     for seed in range(args.replicates):
+        if seed in done:
+            continue
         results.append(replicate(seed, args))
         # Every fit_nuts call builds new jitted functions that JAX keeps alive (~0.3 GB per
         # fit here); without a clear-out the process runs out of memory after ~15 fits (LLVM
@@ -187,7 +216,7 @@ def main() -> None:
               f"η covered {sum(r['eta']['covered']['0.95'])}/{len(r['eta']['covered']['0.95'])}, {mu}"
               f"R-hat {r['max_rhat']:.3f}, divergences {r['divergences']}, {r['seconds']:.1f} s", flush=True)
         if args.json:  # after every replicate, so an interrupted run keeps what it computed
-            Path(args.json).write_text(json.dumps({"replicates": results}) + "\n")
+            Path(args.json).write_text(json.dumps({"settings": vars(args), "replicates": results}) + "\n")
     s = summarise(results, blocks)
     s["settings"] = vars(args)
     s["wall_seconds"] = time.perf_counter() - t0

@@ -52,6 +52,10 @@ VARIANTS = {
     "b_diag": {"layout": "grid", "ordinal": "stable", "dense_globals": False, "precision": "float32"},
     "m": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float32", "marginal": True},
     "m64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64", "marginal": True},
+    "s64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64", "split_means": True},
+    "i64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64", "init": "svi"},
+    "si64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64",
+             "split_means": True, "init": "svi"},
 }
 LABELS = {
     "a": "(a) straightforward: long gathers, builtin OrderedLogistic, diag mass, f64",
@@ -60,6 +64,9 @@ LABELS = {
     "b_diag": "(b_diag) = (b) with a plain diagonal mass matrix (isolates the dense block)",
     "m": "(m) = (b) with the answer deviations eps integrated out by adaptive Gauss-Hermite quadrature (9 nodes), f32",
     "m64": "(m64) = (m) in float64",
+    "s64": "(s64) = (b64) with the locals' group means in the dense block (split_means)",
+    "i64": "(i64) = (b64) started from SVI (median + covariance as the first mass matrix)",
+    "si64": "(si64) = (b64) with split_means and the SVI start",
 }
 
 
@@ -132,6 +139,7 @@ def worker(spec: dict) -> dict:
         )
         return out
 
+    cpu0 = _cpu_seconds()
     fit = fit_nuts(
         data,
         chains=1,
@@ -144,8 +152,11 @@ def worker(spec: dict) -> dict:
         precision=v["precision"],
         compilation_cache=spec["cache"],
         keep_locals=False,
+        split_means=v.get("split_means", False),
+        init=v.get("init", "median"),
         **quad,
     )
+    cpu_s = _cpu_seconds() - cpu0
     diag = diagnostics(fit, blocks=("eta", "gamma"))
     blocks = fit_blocks(fit)
     import arviz as az
@@ -159,6 +170,8 @@ def worker(spec: dict) -> dict:
         warmup=spec["warmup"],
         samples=spec["samples"],
         wall_s=fit.timings["total_s"],
+        cpu_s=cpu_s,
+        start_s=fit.timings.get("start_s", 0.0),
         warmup_s=fit.timings["warmup_s"],
         sampling_s=fit.timings["sampling_s"],
         warmup_steps=int(st["warmup_num_steps"].sum()),
@@ -177,6 +190,13 @@ def worker(spec: dict) -> dict:
         out["intervals"] = _intervals(fit, truth, data)
     out["posterior"] = _posterior(blocks)
     return out
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its threads (XLA runs helper threads even
+    when told to use one, so CPU time can exceed wall time)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 POSTERIOR_BLOCKS = ("eta", "gamma", "alpha", "beta", "kappa", "sigma_b", "sigma_theta")
@@ -286,6 +306,43 @@ def svi_check(args, cache) -> None:
         print(f"{name:12s} {r['wall_s']:7.1f} " + " ".join(f"{c:>22s}" for c in cells))
 
 
+def _per_second(r: dict, ess: str, clock: str) -> float:
+    return r[ess] / max(r[clock], 1e-12)
+
+
+def summarise_runs(runs: dict[str, list[dict]]) -> None:
+    """Medians over repeats of ESS per second of the whole fit (weakest η and γ coordinate),
+    per wall-second and per CPU-second, and their ratios to variant (a)."""
+    import numpy as np
+
+    med = {name: {(e, c): float(np.median([_per_second(r, e, c) for r in rs]))
+                  for e in ("ess_eta_min", "ess_gamma_min", "ess_eta_med") for c in ("wall_s", "cpu_s", "sampling_s")}
+           for name, rs in runs.items()}
+    print("\n# side by side: medians over repeats; ESS per second of the whole fit (start + compile + warm-up +"
+          " sampling); min = the block's weakest coordinate")
+    print(f"{'variant':8s} {'n':>2s} {'wall s':>7s} {'CPU s':>7s} {'ESS/s eta':>10s} {'ESS/s gamma':>12s} "
+          f"{'ESS/CPU-s eta':>14s} {'ESS/CPU-s gamma':>16s} {'steps/draw':>11s} {'warm-up steps/iter':>19s}")
+    for name, rs in runs.items():
+        m = med[name]
+        print(f"{name:8s} {len(rs):2d} {np.median([r['wall_s'] for r in rs]):7.1f} "
+              f"{np.median([r['cpu_s'] for r in rs]):7.1f} {m['ess_eta_min', 'wall_s']:10.2f} "
+              f"{m['ess_gamma_min', 'wall_s']:12.2f} {m['ess_eta_min', 'cpu_s']:14.2f} {m['ess_gamma_min', 'cpu_s']:16.2f} "
+              f"{np.median([r['steps_per_draw'] for r in rs]):11.1f} "
+              f"{np.median([r['warmup_steps'] / r['warmup'] for r in rs]):19.1f}")
+    if "a" not in runs:
+        return
+    base = med["a"]
+    for name in runs:
+        if name == "a":
+            continue
+        m = med[name]
+        ratio = {k: m[k] / max(base[k], 1e-12) for k in m}
+        print(f"ratio {name}/a (medians): whole fit per wall-second eta x{ratio['ess_eta_min', 'wall_s']:.1f}, "
+              f"gamma x{ratio['ess_gamma_min', 'wall_s']:.1f}; per CPU-second eta x{ratio['ess_eta_min', 'cpu_s']:.1f}, "
+              f"gamma x{ratio['ess_gamma_min', 'cpu_s']:.1f}; sampling phase eta x{ratio['ess_eta_min', 'sampling_s']:.1f}, "
+              f"gamma x{ratio['ess_gamma_min', 'sampling_s']:.1f}")
+
+
 def run_worker(spec: dict, threads: int) -> dict:
     env = {**os.environ, **_thread_env(threads), "PYTHONPATH": str(REPO / "src")}
     t0 = time.perf_counter()
@@ -306,6 +363,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=400)
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--variants", default="a,b,b64")
+    ap.add_argument("--repeats", type=int, default=1, help="one-chain runs per variant (sampler seeds 42, 43, ...)")
+    ap.add_argument("--json", help="also write every run's figures here")
     ap.add_argument("--full-items", type=int, default=500)
     ap.add_argument("--full-warmup", type=int, default=20)
     ap.add_argument("--full-samples", type=int, default=20)
@@ -338,52 +397,42 @@ def main() -> None:
         f"# 1/10 scale: {args.items} items x 4 generators x 4 judges; 1 chain, {args.warmup} warm-up + "
         f"{args.samples} draws; ESS/s uses the whole wall time (compile + warm-up + sampling)"
     )
-    rows = {}
-    for name in args.variants.split(","):
-        spec = {
-            "variant": name,
-            "items": args.items,
-            "warmup": args.warmup,
-            "samples": args.samples,
-            "data_seed": args.data_seed,
-            "cache": cache,
-        }
-        rows[name] = r = run_worker(spec, args.threads)
-        print(f"\n{LABELS[name]}\n  ratings {r['ratings']}, sampled dims {r['dims']}; gradient {r['grad_ms']:.3f} ms")
-        print(
-            f"  wall {r['wall_s']:.1f} s (warm-up {r['warmup_s']:.1f} s incl. compile, sampling {r['sampling_s']:.1f} s); "
-            f"steps/draw {r['steps_per_draw']:.1f} (warm-up total {r['warmup_steps']}), step size {r['step_size']:.3f}, "
-            f"per step {1e3 * r['sampling_s'] / max(r['sample_steps'], 1):.3f} ms"
-        )
-        print(
-            f"  bulk ESS eta min/median {r['ess_eta_min']:.0f}/{r['ess_eta_med']:.0f}, gamma min/median "
-            f"{r['ess_gamma_min']:.0f}/{r['ess_gamma_med']:.0f}; max R-hat {r['max_rhat']:.3f}; divergences "
-            f"{r['divergences']}; peak RSS {r['peak_rss_mb']:.0f} MB"
-        )
-    if len(rows) > 1:
-        print("\n# side by side (ESS per second of total wall time; min over the block = the weakest coordinate)")
-        print(
-            f"{'variant':8s} {'wall s':>8s} {'ESS/s eta(min)':>15s} {'ESS/s gamma(min)':>17s} {'ESS/s eta(med)':>15s} "
-            f"{'steps/draw':>11s} {'ms/step':>8s}"
-        )
-        for name, r in rows.items():
+    runs: dict[str, list[dict]] = {name: [] for name in args.variants.split(",")}
+    # Repeats are interleaved (a, b, a, b, ...) so that a change in machine load hits every
+    # variant alike; each repeat is one chain with its own sampler seed, in a fresh process.
+    for rep in range(args.repeats):
+        for name in runs:
+            spec = {
+                "variant": name,
+                "items": args.items,
+                "warmup": args.warmup,
+                "samples": args.samples,
+                "data_seed": args.data_seed,
+                "cache": cache,
+                "seed": 42 + rep,
+            }
+            runs[name].append(r := run_worker(spec, args.threads))
+            print(f"\n{LABELS[name]} — repeat {rep + 1}/{args.repeats} (sampler seed {42 + rep})")
+            print(f"  ratings {r['ratings']}, sampled dims {r['dims']}; gradient {r['grad_ms']:.3f} ms")
             print(
-                f"{name:8s} {r['wall_s']:8.1f} {r['ess_eta_min'] / r['wall_s']:15.2f} {r['ess_gamma_min'] / r['wall_s']:17.2f} "
-                f"{r['ess_eta_med'] / r['wall_s']:15.2f} {r['steps_per_draw']:11.1f} "
-                f"{1e3 * r['sampling_s'] / max(r['sample_steps'], 1):8.3f}"
+                f"  wall {r['wall_s']:.1f} s (start {r['start_s']:.1f} s, warm-up {r['warmup_s']:.1f} s incl. compile, "
+                f"sampling {r['sampling_s']:.1f} s), CPU {r['cpu_s']:.1f} s; steps/draw {r['steps_per_draw']:.1f} "
+                f"(warm-up total {r['warmup_steps']}), step size {r['step_size']:.3f}, "
+                f"per step {1e3 * r['sampling_s'] / max(r['sample_steps'], 1):.3f} ms"
             )
-        base = rows.get("a")
-        if base:
-            for name, r in rows.items():
-                if name == "a":
-                    continue
-                ratio = lambda k: (r[k] / r["wall_s"]) / max(base[k] / base["wall_s"], 1e-12)  # noqa: E731
-                print(
-                    f"ratio {name}/a: ESS/s eta(min) x{ratio('ess_eta_min'):.1f}, gamma(min) x{ratio('ess_gamma_min'):.1f}, "
-                    f"eta(median) x{ratio('ess_eta_med'):.1f}; sampling-phase ESS/s eta(min) "
-                    f"x{(r['ess_eta_min'] / r['sampling_s']) / max(base['ess_eta_min'] / base['sampling_s'], 1e-12):.1f}"
-                )
-    pairs = [(x, y) for x, y in (("b", "m"), ("b64", "m64"), ("a", "m"), ("a", "m64")) if x in rows and y in rows]
+            print(
+                f"  bulk ESS eta min/median {r['ess_eta_min']:.0f}/{r['ess_eta_med']:.0f}, gamma min/median "
+                f"{r['ess_gamma_min']:.0f}/{r['ess_gamma_med']:.0f}; max R-hat {r['max_rhat']:.3f}; divergences "
+                f"{r['divergences']}; peak RSS {r['peak_rss_mb']:.0f} MB",
+                flush=True,
+            )
+    rows = {name: rs[0] for name, rs in runs.items()}
+    if args.json:
+        Path(args.json).write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=1) + "\n")
+    if len(runs) > 1:
+        summarise_runs(runs)
+    pairs = [(x, y) for x, y in (("b", "m"), ("b64", "m64"), ("a", "m"), ("a", "m64"), ("b64", "s64"), ("b64", "si64"),
+                                  ("b64", "i64"), ("a", "si64")) if x in rows and y in rows]
     for x, y in pairs:
         if "posterior" in rows[x] and "posterior" in rows[y]:
             print(f"\n# posterior agreement {y} vs {x} (same data; z = difference / combined Monte Carlo SE)")

@@ -226,6 +226,76 @@ def test_svi_recovers_point_estimates(jax_cache):
     assert (np.sign(gam["mean"]) == np.sign(gam["truth"])).all()
 
 
+def test_helmert_rotation_is_orthonormal_with_uneven_groups():
+    """split_means's change of basis: Q·[means, contrasts] must be orthonormal (so the N(0, I)
+    prior, hence the posterior, is unchanged) and each mean coordinate must be the group's
+    normalised ones vector (so it is the direction that trades off against η)."""
+    from context_effects.measurement.model import helmert_combine, helmert_layout
+
+    group = np.array([2, 0, 1, 0, 2, 2, 0, 3, 2, 1, 4])  # sizes 3, 2, 4, 1, 1 in scrambled order
+    lay = {k: jnp.asarray(v) for k, v in helmert_layout(group).items()}
+    n_groups, n = 5, len(group)
+
+    def combine(x):
+        return helmert_combine(x[:n_groups], x[n_groups:], lay["slot"], lay["contrast_source"], lay["inv_sqrt_n"])
+
+    q = np.asarray(jax.jacfwd(combine)(jnp.zeros(n)))
+    np.testing.assert_allclose(q.T @ q, np.eye(n), atol=1e-12)
+    sizes = np.bincount(group)
+    for g in range(n_groups):
+        np.testing.assert_allclose(q[:, g], (group == g) / np.sqrt(sizes[g]), atol=1e-12)
+        # every contrast stays inside one group and sums to zero there
+        contrasts = q[:, n_groups:]
+        inside = np.abs(contrasts[group == g]).sum(axis=0) > 0
+        assert not (np.abs(contrasts[group != g][:, inside]) > 1e-12).any()
+        np.testing.assert_allclose(contrasts[group == g][:, inside].sum(axis=0), 0.0, atol=1e-12)
+    assert helmert_layout(group)["contrast_source"].max() == n - n_groups  # the zero slot
+
+
+@pytest.mark.parametrize("marginal", [False, True])
+def test_split_means_model_has_the_same_log_density(marginal):
+    """The model under split_means is the paper's model in rotated coordinates: at the
+    rotated point its log joint (prior + likelihood) is the paper model's, to rounding."""
+    from numpyro.infer.util import log_density
+
+    from context_effects.measurement.model import SPLIT_CONTRAST_SITES, SPLIT_MEAN_SITES, split_groups
+
+    table, _ = simulate_ratings(n_items=4, generators=("g1", "g2"), judges=("j1", "j2"), missing_rate=0.1, seed=3)
+    data = prepare_data(table)
+    rng = np.random.default_rng(4)
+    p = _random_params(data, rng)
+    plain, split = ModelOptions(marginal=marginal), ModelOptions(marginal=marginal, split_means=True)
+    raw = {k: jnp.asarray(v) for k, v in p.items() if k not in ("z_b", "eps")}
+    groups = split_groups(data)
+    for site in ("z_b",) + (() if marginal else ("eps",)):
+        n_groups = int(groups[site].max()) + 1
+        raw[SPLIT_MEAN_SITES[site]] = jnp.asarray(rng.normal(size=n_groups))
+        raw[SPLIT_CONTRAST_SITES[site]] = jnp.asarray(rng.normal(size=len(groups[site]) - n_groups))
+    arrays_split = model_arrays(data, split)
+    lp_split, trace = log_density(make_model(data, split), (arrays_split,), {}, raw)
+    rotated = {k: v for k, v in raw.items() if not k.startswith(("z_b_", "eps_"))}
+    rotated["z_b"] = trace["z_b"]["value"]
+    if not marginal:
+        rotated["eps"] = trace["eps"]["value"]
+    lp_plain, _ = log_density(make_model(data, plain), (model_arrays(data, plain),), {}, rotated)
+    np.testing.assert_allclose(float(lp_split), float(lp_plain), rtol=1e-12)
+
+
+def test_fast_path_recovers_planted_values(jax_cache):
+    """split_means with the SVI start: the same recovery check as the default fit, and z_b,
+    ε still recorded for the per-answer θ (the raw contrasts are not kept)."""
+    table, truth = _simulate()
+    data = prepare_data(table)
+    fit = fit_nuts(data, chains=1, warmup=300, samples=300, seed=2, split_means=True, init="svi",
+                   compilation_cache=jax_cache)
+    assert recovery_failures(fit, truth) == []
+    assert fit.samples["z_b"].shape == (1, 300, data.n_trials) and "eps_contrast" not in fit.samples
+    assert fit.settings["split_means"] and fit.settings["init"] == "svi"
+    assert fit.timings["total_s"] >= fit.timings["start_s"] + fit.timings["warmup_s"]
+    exp = answer_quality(fit).query("not anchor")
+    assert np.corrcoef(exp["theta_mean"], exp["answer_id"].map(truth.theta))[0, 1] > 0.8
+
+
 def test_summary_diagnostics_and_netcdf(recovery_fit, tmp_path):
     fit, _, _ = recovery_fit
     summ = summarize(fit)

@@ -31,7 +31,11 @@ from context_effects.measurement.model import (
     local_sites,
     make_model,
     model_arrays,
+    standard_local_sites,
 )
+#: How NUTS starts: "median" (init_to_median of 15 prior draws, identity mass matrix) or
+#: "svi" (the mean of a short variational fit and its covariance as the first mass matrix).
+INITS = ("median", "svi")
 
 PRECISIONS = ("float64", "float32")
 #: Blocks whose weakest coordinate Table 9 reports (those absent from a fit are skipped:
@@ -150,6 +154,9 @@ def fit_nuts(
     marginal: bool = False,
     quadrature_nodes: int = 9,
     generator_mean: bool = False,
+    split_means: bool = False,
+    init: str = "median",
+    svi_steps: int = 2000,
     keep_locals: bool = True,
     compilation_cache: bool | str | os.PathLike = True,
     init_strategy=None,
@@ -168,6 +175,12 @@ def fit_nuts(
         the node weights in ``answer_quality``.
     generator_mean: the sensitivity variant with per-generator baseline means μ_g
         (ModelOptions.generator_mean; the paper's model when False).
+    split_means: sample the locals as group means (in the dense block) + contrasts
+        (ModelOptions.split_means; same posterior, z_b and ε still recorded).
+    init: "median" (numpyro's init_to_median, identity mass matrix) or "svi": ``svi_steps``
+        of SVI with a full-covariance normal over the dense block's sites and a mean-field
+        normal over the locals; NUTS starts at its median with its covariance as the first
+        mass matrix (adaptation then proceeds as usual; the SVI time counts in the total).
     keep_locals: keep draws of z_b and ε (needed for per-answer θ); False saves memory.
     Warm-up and sampling run as two calls so each is timed (the compile falls in the first;
     the second compiles again only when warmup != samples). The warm-up draws are collected
@@ -176,19 +189,28 @@ def fit_nuts(
     """
     from numpyro.infer import MCMC, NUTS, init_to_median
 
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+    t_start = time.perf_counter()
     dtype, options, model, arrays = _prepare(
         data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
         shift_prior=shift_prior, marginal=marginal, quadrature_nodes=quadrature_nodes,
-        generator_mean=generator_mean,
+        generator_mean=generator_mean, split_means=split_means,
     )
     effective_method = chain_method
     if chains > 1 and chain_method == "parallel" and jax.local_device_count() < chains:
         effective_method = "sequential"
+    dense_block = global_sites(options)
+    inverse_mass = None
+    if init == "svi":
+        start, inverse_mass = _svi_start(model, options, arrays, dense_block if dense_globals else (), svi_steps, seed)
+        init_strategy = init_strategy or start
     kernel = NUTS(
         model,
         target_accept_prob=target_accept,
         max_tree_depth=max_tree_depth,
-        dense_mass=[global_sites(options)] if dense_globals else False,
+        dense_mass=[dense_block] if dense_globals else False,
+        inverse_mass_matrix=inverse_mass,
         init_strategy=init_strategy or init_to_median(num_samples=15),
     )
     mcmc = MCMC(
@@ -200,10 +222,13 @@ def fit_nuts(
         progress_bar=progress_bar,
         jit_model_args=True,
     )
-    drop_locals = tuple(f"~z.{s}" for s in local_sites(options))
+    # Under split_means the raw contrasts are never kept: z_b and ε are recorded as well.
+    dropped = local_sites(options) if (split_means or not keep_locals) else ()
+    if split_means and not keep_locals:
+        dropped = dropped + standard_local_sites(options)
     # Both phases collect the same fields so that, when warmup == samples (the paper's
     # 1,500 + 1,500), numpyro reuses the compiled loop instead of compiling a second one.
-    fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + (() if keep_locals else drop_locals)
+    fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + tuple(f"~z.{s}" for s in dropped)
     key = jax.random.PRNGKey(seed)
     t0 = time.perf_counter()
     mcmc.warmup(key, arrays, extra_fields=fields, collect_warmup=True)
@@ -236,13 +261,54 @@ def fit_nuts(
             "marginal": marginal,
             "quadrature_nodes": quadrature_nodes if marginal else None,
             "generator_mean": generator_mean,
+            "split_means": split_means,
+            "init": init,
+            "svi_steps": svi_steps if init == "svi" else None,
             "theta_anchor": theta_anchor,
             "jax_version": jax.__version__,
         },
-        timings={"warmup_s": t1 - t0, "sampling_s": t2 - t1, "total_s": t2 - t0},
+        # total: from set-up (and any SVI start) to the last draw, compiles included
+        timings={"start_s": t0 - t_start, "warmup_s": t1 - t0, "sampling_s": t2 - t1, "total_s": t2 - t_start},
         sampler_stats=stats,
         mcmc=mcmc,
     )
+
+
+def _svi_start(model, options: ModelOptions, arrays, dense_block: tuple[str, ...], steps: int, seed: int):
+    """NUTS's start from a short SVI fit: ``init_to_value`` at the guide's median and an
+    initial inverse mass matrix {dense block: the full-covariance guide's covariance, every
+    other site: the mean-field guide's variances}. The warm-up's first iterations then start
+    near the posterior with a usable metric instead of at a prior draw with the identity,
+    where trees run to the maximum depth. SVI's intervals are too narrow (``fit_svi``), so
+    the metric is only a start: the windowed adaptation replaces it."""
+    from numpyro.infer import SVI, Trace_ELBO, init_to_value
+    from numpyro.optim import ClippedAdam
+
+    guide = _svi_guide(model, options, "mvn_globals", 0)
+    svi = SVI(model, guide, ClippedAdam(step_size=0.01), Trace_ELBO())
+    res = svi.run(jax.random.PRNGKey(seed + 7919), steps, arrays, progress_bar=False)
+    params = res.params
+    dense_guide, local_guide = guide[0], guide[1]
+    post = dense_guide.get_posterior(params)
+    # the guide's latent vector is ordered by its own flattening: find each site's slots
+    positions = dense_guide._unpack_latent(jax.numpy.arange(post.loc.shape[0], dtype=post.loc.dtype))
+    others = tuple(sorted(set(positions) - set(dense_block)))
+    block_sites = dense_block if dense_block else ()
+    inverse_mass = {}
+    if block_sites:
+        order = np.concatenate([np.asarray(positions[k]).ravel() for k in block_sites]).astype(int)
+        inverse_mass[block_sites] = jax.numpy.asarray(np.asarray(post.covariance_matrix)[np.ix_(order, order)])
+    local_names = tuple(sorted(k[: -len("_auto_scale")] for k in params if k.endswith("_auto_scale")))
+    diagonal = (*others, *local_names)
+    if diagonal:
+        variances = []
+        for k in tuple(sorted(diagonal)):
+            if k in local_names:
+                variances.append(np.asarray(params[f"{k}_auto_scale"]).ravel() ** 2)
+            else:
+                variances.append(np.diag(np.asarray(post.covariance_matrix))[np.asarray(positions[k]).ravel().astype(int)])
+        inverse_mass[tuple(sorted(diagonal))] = jax.numpy.asarray(np.concatenate(variances))
+    return init_to_value(values=guide.median(params)), inverse_mass
 
 
 # ----------------------------------------------------------------------------- SVI
@@ -267,8 +333,10 @@ def _svi_guide(model, options: ModelOptions, guide: str, rank: int):
         glob = list(global_sites(options))
         g = AutoGuideList(model)
         g.append(AutoMultivariateNormal(block(seed(model, 0), expose=glob), init_loc_fn=init))
-        # deterministic sites (η under the increment prior) must be hidden from sub-guides
-        g.append(AutoNormal(block(seed(model, 1), hide=glob + ["eta"]), init_loc_fn=init))
+        # deterministic sites (η under the increment prior, z_b and ε under split_means)
+        # must be hidden from sub-guides
+        deterministic = ["eta", *(standard_local_sites(options) if options.split_means else ())]
+        g.append(AutoNormal(block(seed(model, 1), hide=glob + deterministic), init_loc_fn=init))
         return g
     raise ValueError("guide must be 'normal', 'lowrank' or 'mvn_globals'")
 

@@ -21,6 +21,17 @@ Two layouts compute the same log-likelihood: ``"long"`` gathers per rating (the
 straightforward form), ``"grid"`` broadcasts over a dense answer × judge array
 (no per-rating scatter-add in the gradient; faster on CPU).
 
+``split_means=True`` samples the same non-centred locals in another orthonormal basis: per
+group (the trials of one generator; the answers of one generator × condition cell, Round 1
+included) the normalised group mean z̄·√n and the group's Helmert contrasts. The map is a
+rotation, so the N(0, I) prior, the likelihood and the posterior are unchanged; what changes
+is that the few directions that trade off against η — shifting every baseline of a
+generator against its shifts, or every answer deviation of a cell against that cell's η —
+become single coordinates, which join the dense mass-matrix block of the globals
+(``global_sites``) instead of being spread over thousands of diagonal ones. ``z_b`` and
+``eps`` are still recorded (deterministic sites), so everything downstream reads the same
+draws.
+
 ``marginal=True`` (grid layout) integrates ε_i out instead of sampling it. Given the
 globals and b_t, the ratings of answer i (blind and informed, all judges) are independent
 given θ_i, so p(y_i· | ·) = ∫ N(ε; 0, 1) Π_j p(y_ij | m_i + σ_θ ε) dε with m_i = b_t(i) + r_i η_c(i),
@@ -56,6 +67,10 @@ GLOBAL_SITES = ("sigma_b", "sigma_theta", "eta", "log_alpha", "beta", "gamma", "
 #: joins the dense block when the option is on; μ_g trades off against η and z_b directly).
 GENERATOR_MEAN_SITE = "mu_gen"
 LOCAL_SITES = ("z_b", "eps")
+#: ModelOptions.split_means: the group-mean coordinates (global: the dense block) and the
+#: within-group contrasts (local) that replace z_b and eps as sample sites.
+SPLIT_MEAN_SITES = {"z_b": "z_b_mean", "eps": "eps_mean"}
+SPLIT_CONTRAST_SITES = {"z_b": "z_b_contrast", "eps": "eps_contrast"}
 #: Newton steps that centre the adaptive Gauss–Hermite rule (ModelOptions.marginal).
 NEWTON_STEPS = 3
 PRIOR_SD = {"log_alpha": 0.4, "beta": 1.0, "gamma": 0.5, "kappa_raw": 1.0, "eta": 1.0, GENERATOR_MEAN_SITE: 1.0}
@@ -82,6 +97,9 @@ class ModelOptions:
     generator_mean: the sensitivity variant b_t ~ N(μ_g(t), σ_b) with μ_g ~ N(0, 1) per
         generator (module docstring); off = the paper's b_t ~ N(0, σ_b). Any layout, either
         shift prior, sampled or marginal ε; still non-centred (b_t = μ_g + σ_b z_t).
+    split_means: sample z_b and ε as group means + Helmert contrasts (module docstring):
+        the same posterior in a basis where the directions that trade off against η are
+        in the dense mass-matrix block.
     """
 
     theta_anchor: float = 1.5
@@ -91,6 +109,7 @@ class ModelOptions:
     marginal: bool = False
     quadrature_nodes: int = 9
     generator_mean: bool = False
+    split_means: bool = False
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -107,9 +126,69 @@ class ModelOptions:
             raise ValueError(f"quadrature_nodes must be in 2..200, got {self.quadrature_nodes}")
 
 
+def standard_local_sites(options: ModelOptions) -> tuple[str, ...]:
+    """z_b and ε as the model records them (ε is absent when integrated out)."""
+    return ("z_b",) if options.marginal else LOCAL_SITES
+
+
 def local_sites(options: ModelOptions) -> tuple[str, ...]:
     """Names of the per-trial / per-answer sample sites of this variant."""
-    return ("z_b",) if options.marginal else LOCAL_SITES
+    if options.split_means:
+        return tuple(SPLIT_CONTRAST_SITES[s] for s in standard_local_sites(options))
+    return standard_local_sites(options)
+
+
+def helmert_layout(group: np.ndarray) -> dict[str, np.ndarray]:
+    """Index arrays for ``helmert_combine``: elements labelled ``group`` (0..G−1, every group
+    non-empty) laid out as a (G, M) grid, M the largest group, with each group's contrasts
+    numbered consecutively (a group of n elements has n − 1)."""
+    group = np.asarray(group, np.int64)
+    n_groups = int(group.max()) + 1 if group.size else 0
+    sizes = np.bincount(group, minlength=n_groups)
+    if (sizes == 0).any():
+        raise ValueError("helmert_layout: every group needs at least one element")
+    width = int(sizes.max()) if n_groups else 1
+    order = np.argsort(group, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    position = np.empty_like(group)
+    position[order] = np.arange(group.size) - np.repeat(starts, sizes)
+    n_contrasts = sizes - 1
+    first = np.concatenate([[0], np.cumsum(n_contrasts)[:-1]]).astype(np.int64)
+    # index into [contrasts..., 0]: unused grid slots read the trailing zero
+    source = np.full((n_groups, width - 1), int(n_contrasts.sum()), np.int64)
+    for g in range(n_groups):
+        source[g, : n_contrasts[g]] = first[g] + np.arange(n_contrasts[g])
+    return {
+        "slot": group * width + position,
+        "contrast_source": source.reshape(-1),
+        "inv_sqrt_n": 1.0 / np.sqrt(sizes.astype(np.float64)),
+    }
+
+
+def helmert_combine(mean, contrast, slot, contrast_source, inv_sqrt_n):
+    """x = Q·[mean, contrast] for the orthonormal Q whose columns are, per group, the
+    normalised ones vector and the Helmert contrasts (k-th: 1/√(k(k+1)) on the first k
+    elements, −k/√(k(k+1)) on element k+1). O(N) by a reverse cumulative sum, no matrix."""
+    n_groups = inv_sqrt_n.shape[0]
+    v = jnp.concatenate([contrast, jnp.zeros((1,), contrast.dtype)])[contrast_source].reshape(n_groups, -1)
+    k = jnp.arange(1, v.shape[1] + 1, dtype=v.dtype)
+    cv = v * jax.lax.rsqrt(k * (k + 1))
+    zero = jnp.zeros((n_groups, 1), v.dtype)
+    upper = jnp.concatenate([jnp.cumsum(cv[:, ::-1], axis=1)[:, ::-1], zero], axis=1)  # Σ_{k ≥ i} c_k v_k
+    lower = jnp.concatenate([zero, k * cv], axis=1)  # (i − 1) c_{i−1} v_{i−1}
+    grid = (mean * inv_sqrt_n)[:, None] + upper - lower
+    return grid.reshape(-1)[slot]
+
+
+def split_groups(data: MeasurementData) -> dict[str, np.ndarray]:
+    """Group labels of the locals under ``split_means``: a trial's generator; an answer's cell
+    (Round-1 answers: one group per generator after the Round-2 cells)."""
+    trial_generator = np.zeros(data.n_trials, np.int64)
+    trial_generator[data.answer_trial] = data.answer_generator
+    answer_group = np.where(data.answer_cell >= 0, data.answer_cell, data.n_cells + data.answer_generator)
+    # groups numbered densely (a generator may have no Round-1 answers in a subset)
+    return {"z_b": np.unique(trial_generator, return_inverse=True)[1],
+            "eps": np.unique(answer_group, return_inverse=True)[1]}
 
 
 def gauss_hermite_normal(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -125,6 +204,8 @@ def global_sites(options: ModelOptions) -> tuple[str, ...]:
         sites = tuple("eta_increment" if s == "eta" else s for s in sites)
     if options.generator_mean:
         sites = (*sites, GENERATOR_MEAN_SITE)
+    if options.split_means:
+        sites = (*sites, *(SPLIT_MEAN_SITES[s] for s in standard_local_sites(options)))
     return sites
 
 
@@ -238,6 +319,10 @@ def model_arrays(data: MeasurementData, options: ModelOptions, dtype=None) -> di
         arr["eta_map"] = increment_matrix(data)
     if options.generator_mean:
         arr["answer_generator"] = data.answer_generator
+    if options.split_means:
+        for site, group in split_groups(data).items():
+            if site in standard_local_sites(options):
+                arr.update({f"{site}_{k}": v for k, v in helmert_layout(group).items()})
     if options.marginal:
         if data.n_answers and np.any(data.grid["inf_answer"] >= data.n_answers):
             raise ValueError("marginal=True expects informed ratings of experimental answers only, not anchors")
@@ -428,9 +513,17 @@ def make_model(data: MeasurementData, options: ModelOptions = ModelOptions()) ->
         params["kappa_raw"] = normal("kappa_raw", n_cut, PRIOR_SD["kappa_raw"])
         if options.generator_mean:
             params[GENERATOR_MEAN_SITE] = normal(GENERATOR_MEAN_SITE, n_generators, PRIOR_SD[GENERATOR_MEAN_SITE])
-        params["z_b"] = normal("z_b", n_trials)
-        if not options.marginal:
-            params["eps"] = normal("eps", n_answers)
+        for site, n in (("z_b", n_trials), ("eps", n_answers)):
+            if site not in standard_local_sites(options):
+                continue
+            if options.split_means:
+                n_groups = arrays[f"{site}_inv_sqrt_n"].shape[0]
+                mean = normal(SPLIT_MEAN_SITES[site], n_groups)
+                contrast = normal(SPLIT_CONTRAST_SITES[site], n - n_groups)
+                layout = (arrays[f"{site}_{k}"] for k in ("slot", "contrast_source", "inv_sqrt_n"))
+                params[site] = numpyro.deterministic(site, helmert_combine(mean, contrast, *layout))
+            else:
+                params[site] = normal(site, n)
         numpyro.factor("ratings", log_likelihood(params, arrays, options))
 
     return model

@@ -23,7 +23,10 @@ Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
 
     .venv/bin/python bench/measurement_calibration.py [--replicates 50] [--items 8]
         [--generators 2] [--judges 3] [--warmup 300] [--samples 300] [--chains 2] [--json out.json]
-        [--generator-mean] [--scale 0.25]
+        [--generator-mean] [--scale 0.25] [--resume]
+
+``--resume`` keeps the replicates already in the ``--json`` file (written after each one)
+and runs only the missing seeds, so a run of hours survives an interruption.
 
 The variant at 1/4 paper scale (125 items × 4 generators × 8 answers = 4,000 answers and
 4 judges per replicate; not timed here, far slower than the defaults)::

@@ -9,6 +9,11 @@
         (and (b64), the same in float64, the paper's precision).
     (m) = (b) with the answer deviations ε integrated out by adaptive Gauss–Hermite
         quadrature (ModelOptions.marginal; m64 in float64).
+    (s64) = (b64) with ``split_means``: the trial baselines' per-generator means and the
+        answer deviations' per-cell means, the directions that trade off against η, as
+        coordinates of the dense block (an orthonormal rotation: same posterior);
+    (i64) = (b64) started from a short SVI fit (``init="svi"``: its median and covariance as
+        the first mass matrix); (si64) both.
     Reported: min and median bulk ESS over γ and η, wall time (compile + warm-up + sampling),
     ESS per second, leapfrog steps per draw, peak RSS; the ratios to (a); and, for the pairs
     b/m, b64/m64, a/m, a/m64, whether the posterior means and SDs of η, γ, α, β, κ, σ agree
@@ -24,7 +29,12 @@ Each configuration runs in its own process (fresh JAX, own peak memory, own prec
 Usage::
 
     .venv/bin/python bench/measurement_speed.py [--warmup 400 --samples 400] [--full-warmup 20]
-        [--threads 1] [--skip-full] [--variants a,b,m,b64,m64,b_diag] [--cache DIR]
+        [--threads 1] [--skip-full] [--variants a,b,m,b64,m64,b_diag,s64,i64,si64] [--cache DIR]
+        [--repeats 3] [--json runs.json] [--items 125]
+
+``--repeats R`` runs every variant R times (sampler seeds 42, 43, ...), interleaved, and
+reports medians over the repeats of ESS per wall-second and per CPU-second (XLA keeps
+helper threads busy even when told to use one) with the ratios to (a).
     .venv/bin/python bench/measurement_speed.py --svi-check [--warmup 500 --samples 500]
 
 Short runs understate the dense block: its covariance is estimated from the last warm-up

@@ -208,8 +208,12 @@ _NOT_SAMPLER = (
 
 
 def fit_settings(config: Config) -> dict[str, Any]:
-    """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys)."""
-    return {k: v for k, v in config["conformity"]["fit"].items() if k not in _NOT_SAMPLER}
+    """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys).
+
+    ``init`` enters only when it is not the default, so the key's arrival left the params
+    of existing fits, and with them their outputs, as they were."""
+    fit = config["conformity"]["fit"]
+    return {k: v for k, v in fit.items() if k not in _NOT_SAMPLER and not (k == "init" and v == "median")}
 
 
 def fit_threads(config: Config) -> int:

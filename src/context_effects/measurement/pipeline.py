@@ -294,7 +294,7 @@ def run_fit(
         fit = fit_nuts(
             data, chains=int(settings["chains"]), warmup=int(settings["warmup"]), samples=int(settings["samples"]),
             target_accept=float(settings["target_accept"]), max_tree_depth=int(settings["max_tree_depth"]),
-            chain_method=chain_method, **common,
+            chain_method=chain_method, init=settings.get("init", "median"), **common,
         )
     else:
         fit = fit_svi(data, steps=int(settings["svi_steps"]), guide=settings["svi_guide"],

@@ -12,8 +12,8 @@
     (s64) = (b64) with ``split_means``: the trial baselines' per-generator means and the
         answer deviations' per-cell means, the directions that trade off against η, as
         coordinates of the dense block (an orthonormal rotation: same posterior);
-    (i64) = (b64) started from a short SVI fit (``init="svi"``: its median and covariance as
-        the first mass matrix); (si64) both.
+    (i64) = (b64) started from a short SVI fit (``init="svi"``: an overdispersed draw of the
+        fitted guide, its covariance as the first mass matrix); (si64) both.
     Reported: min and median bulk ESS over γ and η, wall time (compile + warm-up + sampling),
     ESS per second, leapfrog steps per draw, peak RSS; the ratios to (a); and, for the pairs
     b/m, b64/m64, a/m, a/m64, whether the posterior means and SDs of η, γ, α, β, κ, σ agree
@@ -75,7 +75,7 @@ LABELS = {
     "m": "(m) = (b) with the answer deviations eps integrated out by adaptive Gauss-Hermite quadrature (9 nodes), f32",
     "m64": "(m64) = (m) in float64",
     "s64": "(s64) = (b64) with the locals' group means in the dense block (split_means)",
-    "i64": "(i64) = (b64) started from SVI (median + covariance as the first mass matrix)",
+    "i64": "(i64) = (b64) started from SVI (a draw of the guide + its covariance as the first mass matrix)",
     "si64": "(si64) = (b64) with split_means and the SVI start",
 }
 
@@ -404,7 +404,7 @@ def main() -> None:
         f"threads/process={args.threads}, load avg {os.getloadavg()[0]:.2f}, compile cache={'on' if cache else 'off'}"
     )
     print(
-        f"# 1/10 scale: {args.items} items x 4 generators x 4 judges; 1 chain, {args.warmup} warm-up + "
+        f"# {args.items / 500:g} of paper scale: {args.items} items x 4 generators x 4 judges; 1 chain, {args.warmup} warm-up + "
         f"{args.samples} draws; ESS/s uses the whole wall time (compile + warm-up + sampling)"
     )
     runs: dict[str, list[dict]] = {name: [] for name in args.variants.split(",")}

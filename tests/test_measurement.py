@@ -296,6 +296,26 @@ def test_fast_path_recovers_planted_values(jax_cache):
     assert np.corrcoef(exp["theta_mean"], exp["answer_id"].map(truth.theta))[0, 1] > 0.8
 
 
+def test_svi_start_gives_each_chain_its_own_start_and_a_full_metric(jax_cache):
+    """R-hat compares chains that began apart: the SVI start must not put every chain at one
+    point. Its metric must cover every sampled site once (dense block + one diagonal)."""
+    from context_effects.measurement.fit import _prepare, _svi_start
+    from context_effects.measurement.model import global_sites, local_sites
+
+    table, _ = simulate_ratings(n_items=4, generators=("g1", "g2"), judges=("j1", "j2"), seed=6)
+    data = prepare_data(table)
+    _, options, model, arrays = _prepare(data, "float64", jax_cache)
+    starts, metric = _svi_start(model, options, arrays, global_sites(options), 300, 0, 3)
+    sites = set(global_sites(options)) | set(local_sites(options))
+    assert set(starts) == sites
+    assert all(np.shape(v)[0] == 3 for v in starts.values())
+    eta = np.asarray(starts["eta"])
+    assert np.min(np.abs(eta[0] - eta[1])) > 0 and np.min(np.abs(eta[1] - eta[2])) > 0
+    assert sorted(k for key in metric for k in key) == sorted(sites)
+    dense = metric[global_sites(options)]
+    assert np.allclose(dense, dense.T) and np.all(np.linalg.eigvalsh(dense) > 0)
+
+
 def test_summary_diagnostics_and_netcdf(recovery_fit, tmp_path):
     fit, _, _ = recovery_fit
     summ = summarize(fit)

@@ -29,10 +29,11 @@ Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
 and runs only the missing seeds, so a run of hours survives an interruption.
 
 The variant at 1/4 paper scale (125 items × 4 generators × 8 answers = 4,000 answers and
-4 judges per replicate; not timed here, far slower than the defaults)::
+4 judges per replicate; a fit took 2.5-19 min here, median ~5-6 min, on a shared core; the
+results of 18 replicates of each model are in bench/results/)::
 
     .venv/bin/python bench/measurement_calibration.py --generator-mean --scale 0.25 \
-        --replicates 20 --json calibration_generator_mean_quarter.json
+        --replicates 20 --json bench/results/calibration_quarter_generator_mean.json --resume
 """
 
 from __future__ import annotations

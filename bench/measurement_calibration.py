@@ -23,7 +23,9 @@ Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
 
     .venv/bin/python bench/measurement_calibration.py [--replicates 50] [--items 8]
         [--generators 2] [--judges 3] [--warmup 300] [--samples 300] [--chains 2] [--json out.json]
-        [--generator-mean] [--scale 0.25] [--resume]
+        [--generator-mean] [--scale 0.25] [--resume] [--init svi]
+
+``--init svi`` calibrates the fast path (NUTS started from an SVI fit, ``fit.init: svi``).
 
 ``--resume`` keeps the replicates already in the ``--json`` file (written after each one)
 and runs only the missing seeds, so a run of hours survives an interruption.
@@ -105,7 +107,7 @@ def replicate(seed: int, args) -> dict:
     )
     data = prepare_data(table)
     fit = fit_nuts(data, chains=args.chains, warmup=args.warmup, samples=args.samples, seed=seed,
-                   precision="float64", theta_anchor=1.5, generator_mean=args.generator_mean)
+                   precision="float64", theta_anchor=1.5, generator_mean=args.generator_mean, init=args.init)
     blocks = derived_blocks(fit.samples, data)
     truth_params = truth.as_params(data, generator_mean=args.generator_mean)
     true = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth_params.items()}, data)
@@ -149,8 +151,9 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
 
 
 def _settings_key(args) -> dict:
-    """The settings a replicate's result depends on (not how many replicates, not where they go)."""
-    return {k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume")}
+    """The settings a replicate's result depends on (not how many replicates, not where they go;
+    files written before ``--init`` existed ran the default start)."""
+    return {"init": "median", **{k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume")}}
 
 
 def _resumed(args) -> list[dict]:
@@ -182,6 +185,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--samples", type=int, default=300)
     ap.add_argument("--chains", type=int, default=2)
+    ap.add_argument("--init", default="median", choices=["median", "svi"],
+                    help="how NUTS starts (fit_nuts(init=...)); svi = the fast path, an SVI fit's draw and covariance")
     ap.add_argument("--json", help="also write per-replicate results and the summary here")
     ap.add_argument("--resume", action="store_true",
                     help="keep the replicates already in --json (same settings) and run only the missing seeds")
@@ -228,7 +233,7 @@ def main() -> None:
     model = "generator-mean variant (b_t ~ N(mu_g, sigma_b))" if args.generator_mean else "paper model"
     print(f"Calibration of the {model} over {s['replicates']} prior draws ({args.items} items × {args.generators} "
           f"generators × 8 answers per trial × {args.judges} judges; NUTS {args.chains} × ({args.warmup} + "
-          f"{args.samples}), float64):")
+          f"{args.samples}), float64, init {args.init}):")
     for name in blocks:
         b = s[name]
         cov = ", ".join(f"{int(q * 100)}%: {b[f'coverage_{int(q * 100)}']:.3f} ± {b[f'coverage_{int(q * 100)}_se']:.3f}"

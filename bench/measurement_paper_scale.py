@@ -20,6 +20,11 @@ iterations usually cost more steps than draws (small step sizes and an unadapted
 early on); the short run's warm-up/sampling step ratio is used for that, which overstates
 warm-up for a 1,500-iteration warm-up whose unadapted phase is relatively shorter.
 
+A measured run (``--chains 2 --warmup 1500 --samples 1500``, optionally ``--init svi``)
+needs no extrapolation: it reports wall and CPU time, peak RSS, leapfrog steps per draw,
+the weakest bulk ESS of η and γ (and their ESS per second of the whole fit), max R-hat
+and divergences, and the extrapolation to 4 chains is then the measured chain time × 4 / C.
+
 Chains in parallel: every chain runs on one core (one XLA thread, as measured here), so
 with C cores and 4 chains the wall time is ceil(4 / C) × one chain's time, assuming no
 memory-bandwidth contention (optimistic on a loaded machine).
@@ -28,11 +33,13 @@ Usage::
 
     OMP_NUM_THREADS=1 XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \\
         .venv/bin/python bench/measurement_paper_scale.py [--warmup 30 --samples 30] [--marginal]
+        [--chains 2] [--init svi] [--items 250] [--json fit.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -50,6 +57,30 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and its threads."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _weakest_ess(fit) -> dict:
+    """Weakest and median bulk ESS over η and γ; max R-hat and min tail ESS over the reported blocks."""
+    import arviz as az
+    import numpy as np
+
+    from context_effects.measurement import diagnostics
+    from context_effects.measurement.fit import fit_blocks
+
+    blocks = fit_blocks(fit)
+    out = {}
+    for name in ("eta", "gamma"):
+        e = az.ess(az.convert_to_dataset({"x": blocks[name].draws}), method="bulk")["x"].values
+        out[f"{name}_min"], out[f"{name}_med"] = float(np.min(e)), float(np.median(e))
+    diag = diagnostics(fit)  # the Table 9 figures over the reported blocks (split R-hat: fine for one chain)
+    out.update(max_rhat=diag["max_rhat"], max_rhat_at=diag["max_rhat_at"], min_ess_tail=diag["min_ess_tail"])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--items", type=int, default=500)
@@ -59,6 +90,9 @@ def main() -> None:
     ap.add_argument("--marginal", action="store_true", help="integrate ε out by quadrature (ModelOptions.marginal)")
     ap.add_argument("--adapted-steps", type=float, default=63.0, help="steps/draw of an adapted sampler (dense block)")
     ap.add_argument("--data-seed", type=int, default=7)
+    ap.add_argument("--chains", type=int, default=1, help="chains, run one after another in this process")
+    ap.add_argument("--init", default="median", choices=["median", "svi"], help="fit_nuts(init=...)")
+    ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
 
     import jax
@@ -71,9 +105,11 @@ def main() -> None:
     data = prepare_data(table)
     rss_data = rss_mb()
     kw = {"marginal": True} if args.marginal else {}
+    cpu0 = _cpu_seconds()
     fit = fit_nuts(
         data,
-        chains=1,
+        chains=args.chains,
+        init=args.init,
         warmup=args.warmup,
         samples=args.samples,
         target_accept=0.95,
@@ -83,11 +119,13 @@ def main() -> None:
         keep_locals=True,
         **kw,
     )
+    cpu_s = _cpu_seconds() - cpu0
     rss_fit = rss_mb()
     st = fit.sampler_stats
     warm_steps = np.asarray(st["warmup_num_steps"]).ravel()
     samp_steps = np.asarray(st["num_steps"]).ravel()
     step_s = fit.timings["sampling_s"] / samp_steps.sum()
+    ess = _weakest_ess(fit)
     compile_s = max(fit.timings["warmup_s"] - warm_steps.sum() * step_s, 0.0)
     depth = lambda n: np.log2(n + 1)  # noqa: E731  (a full tree of depth d has 2^d − 1 steps)
     n_dims = sum(int(np.prod(v.shape[2:])) for v in fit.samples.values() if v.dtype.kind == "f")
@@ -104,13 +142,24 @@ def main() -> None:
         f"{n_dims} floats per draw; marginal ε: {bool(args.marginal)}; {args.precision}"
     )
     print(
-        f"short run: 1 chain x ({args.warmup} warm-up + {args.samples} draws), target_accept 0.95, max_tree_depth 10"
+        f"run: {args.chains} chain(s) one after another x ({args.warmup} warm-up + {args.samples} draws), "
+        f"target_accept 0.95, max_tree_depth 10, init {args.init}"
+    )
+    wall = fit.timings["total_s"]
+    print(
+        f"  wall {wall:.1f} s = start {fit.timings.get('start_s', 0.0):.1f} s + warm-up "
+        f"{fit.timings['warmup_s']:.1f} s (incl. compile ~{compile_s:.1f} s) "
+        f"+ sampling {fit.timings['sampling_s']:.1f} s; CPU {cpu_s:.1f} s; process total "
+        f"{time.perf_counter() - t_start:.1f} s"
     )
     print(
-        f"  wall {fit.timings['total_s']:.1f} s = warm-up {fit.timings['warmup_s']:.1f} s "
-        f"(incl. compile ~{compile_s:.1f} s) "
-        f"+ sampling {fit.timings['sampling_s']:.1f} s; process total {time.perf_counter() - t_start:.1f} s"
+        f"  weakest bulk ESS: eta {ess['eta_min']:.0f} (median {ess['eta_med']:.0f}), gamma {ess['gamma_min']:.0f} "
+        f"(median {ess['gamma_med']:.0f}); per second of the whole fit: eta {ess['eta_min'] / wall:.3f}, gamma "
+        f"{ess['gamma_min'] / wall:.3f}; per CPU-second: eta {ess['eta_min'] / cpu_s:.3f}, gamma "
+        f"{ess['gamma_min'] / cpu_s:.3f}"
     )
+    print(f"  max R-hat {ess['max_rhat']:.3f} ({ess['max_rhat_at']}), min tail ESS {ess['min_ess_tail']:.0f} "
+          "(the reported blocks)")
     print(
         f"  leapfrog steps/iteration: warm-up mean {warm_steps.mean():.1f} (max {warm_steps.max()}), sampling mean "
         f"{samp_steps.mean():.1f} (max {samp_steps.max()}); mean tree depth warm-up {depth(warm_steps).mean():.2f}, "
@@ -119,6 +168,22 @@ def main() -> None:
     )
     print(f"  time per leapfrog step (sampling phase) {1e3 * step_s:.2f} ms")
     print(f"  peak RSS {rss_fit:.0f} MB (after simulating + indexing the data: {rss_data:.0f} MB)")
+
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "settings": vars(args), "ratings": data.n_ratings, "dims": n_dims, "wall_s": wall, "cpu_s": cpu_s,
+            "timings": fit.timings, "peak_rss_mb": rss_fit, "steps_per_draw": float(samp_steps.mean()),
+            "steps_per_warmup_iteration": float(warm_steps.mean()), "ms_per_step": 1e3 * step_s,
+            "divergences": int(np.sum(st["diverging"])), **ess,
+        }, indent=1) + "\n")
+    if args.warmup >= PAPER_WARMUP and args.samples >= PAPER_SAMPLES:
+        chain_s = (wall - compile_s) / args.chains
+        print(
+            f"\nmeasured at the paper's length: {chain_s / 60:.1f} min per chain; 4 chains on C cores ~ "
+            + ", ".join(f"{math.ceil(PAPER_CHAINS / c) * chain_s / 3600 + compile_s / 3600:.2f} h (C={c})"
+                        for c in (1, 2, 4))
+        )
+        return
 
     # ---- extrapolation
     itemsize = 8 if args.precision == "float64" else 4

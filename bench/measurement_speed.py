@@ -30,7 +30,7 @@ Usage::
 
     .venv/bin/python bench/measurement_speed.py [--warmup 400 --samples 400] [--full-warmup 20]
         [--threads 1] [--skip-full] [--variants a,b,m,b64,m64,b_diag,s64,i64,si64] [--cache DIR]
-        [--repeats 3] [--json runs.json] [--items 125]
+        [--repeats 3] [--json runs.json [--resume]] [--items 125]
 
 ``--repeats R`` runs every variant R times (sampler seeds 42, 43, ...), interleaved, and
 reports medians over the repeats of ESS per wall-second and per CPU-second (XLA keeps
@@ -353,6 +353,20 @@ def summarise_runs(runs: dict[str, list[dict]]) -> None:
               f"gamma x{ratio['ess_gamma_min', 'sampling_s']:.1f}")
 
 
+def _resumed_runs(path: str | None, settings: dict, runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """The runs an earlier invocation wrote to ``path``, if it had the same settings (a
+    mismatch is refused: figures of different sizes or sampler settings must not mix)."""
+    if not path:
+        raise SystemExit("--resume needs --json FILE (the file the earlier run wrote)")
+    if not Path(path).exists():
+        return runs
+    old = json.loads(Path(path).read_text())
+    if old["settings"] != settings:
+        diff = {k: (old["settings"].get(k), v) for k, v in settings.items() if old["settings"].get(k) != v}
+        raise SystemExit(f"--resume: {path} was written with other settings {diff} (old, new); use another file")
+    return {name: list(old["runs"].get(name, [])) for name in runs}
+
+
 def run_worker(spec: dict, threads: int) -> dict:
     env = {**os.environ, **_thread_env(threads), "PYTHONPATH": str(REPO / "src")}
     t0 = time.perf_counter()
@@ -374,7 +388,8 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--variants", default="a,b,b64")
     ap.add_argument("--repeats", type=int, default=1, help="one-chain runs per variant (sampler seeds 42, 43, ...)")
-    ap.add_argument("--json", help="also write every run's figures here")
+    ap.add_argument("--json", help="also write every run's figures here (rewritten after each run)")
+    ap.add_argument("--resume", action="store_true", help="keep the runs already in --json (same settings) and run the rest")
     ap.add_argument("--full-items", type=int, default=500)
     ap.add_argument("--full-warmup", type=int, default=20)
     ap.add_argument("--full-samples", type=int, default=20)
@@ -408,10 +423,15 @@ def main() -> None:
         f"{args.samples} draws; ESS/s uses the whole wall time (compile + warm-up + sampling)"
     )
     runs: dict[str, list[dict]] = {name: [] for name in args.variants.split(",")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("json", "resume", "repeats")}
+    if args.resume:
+        runs = _resumed_runs(args.json, settings, runs)
     # Repeats are interleaved (a, b, a, b, ...) so that a change in machine load hits every
     # variant alike; each repeat is one chain with its own sampler seed, in a fresh process.
     for rep in range(args.repeats):
         for name in runs:
+            if rep < len(runs[name]):  # kept from an earlier, interrupted run (--resume)
+                continue
             spec = {
                 "variant": name,
                 "items": args.items,
@@ -436,9 +456,9 @@ def main() -> None:
                 f"{r['divergences']}; peak RSS {r['peak_rss_mb']:.0f} MB",
                 flush=True,
             )
-    rows = {name: rs[0] for name, rs in runs.items()}
-    if args.json:
-        Path(args.json).write_text(json.dumps({"settings": vars(args), "runs": runs}, indent=1) + "\n")
+            if args.json:  # after every run: a full-scale bench runs for hours and may be stopped
+                Path(args.json).write_text(json.dumps({"settings": settings, "runs": runs}, indent=1) + "\n")
+    rows = {name: rs[0] for name, rs in runs.items() if rs}
     if len(runs) > 1:
         summarise_runs(runs)
     pairs = [(x, y) for x, y in (("b", "m"), ("b64", "m64"), ("a", "m"), ("a", "m64"), ("b64", "s64"), ("b64", "si64"),

@@ -15,7 +15,7 @@ from typing import Any
 from context_effects.conformity.judging import items_per_judge_shard, n_judge_shards
 from context_effects.conformity.stages import n_shards, shard_label
 from context_effects.dag import items_path, request_shard_of, rule_resources
-from context_effects.measurement.pipeline import family_of, find_spec, fit_plan
+from context_effects.measurement.pipeline import family_of, find_spec, fit_plan, without_added_defaults
 
 Config = Mapping[str, Any]
 
@@ -207,13 +207,14 @@ _NOT_SAMPLER = (
 )
 
 
-def fit_settings(config: Config) -> dict[str, Any]:
-    """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys).
+#: Sampler settings added after fits existed, with their defaults (``without_added_defaults``).
+_SAMPLER_ADDED_DEFAULTS = {"init": "median"}
 
-    ``init`` enters only when it is not the default, so the key's arrival left the params
-    of existing fits, and with them their outputs, as they were."""
+
+def fit_settings(config: Config) -> dict[str, Any]:
+    """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys)."""
     fit = config["conformity"]["fit"]
-    return {k: v for k, v in fit.items() if k not in _NOT_SAMPLER and not (k == "init" and v == "median")}
+    return without_added_defaults({k: v for k, v in fit.items() if k not in _NOT_SAMPLER}, _SAMPLER_ADDED_DEFAULTS)
 
 
 def fit_threads(config: Config) -> int:

@@ -294,13 +294,9 @@ def _svi_start(model, options: ModelOptions, arrays, dense_block: tuple[str, ...
     needs. SVI's intervals are too narrow (``fit_svi``), so the metric is only a start: the
     windowed adaptation replaces it. Returns unconstrained ``init_params`` (leading chain
     axis when ``chains`` > 1) and the inverse mass matrix."""
-    from numpyro.infer import SVI, Trace_ELBO
-    from numpyro.optim import ClippedAdam
-
     guide = _svi_guide(model, options, "mvn_globals", 0)
-    svi = SVI(model, guide, ClippedAdam(step_size=0.01), Trace_ELBO())
     fit_key, draw_key, local_key = jax.random.split(jax.random.PRNGKey(seed + 7919), 3)
-    params = svi.run(fit_key, steps, arrays, progress_bar=False).params
+    params = _run_svi(model, guide, arrays, steps, 0.01, fit_key).params
     dense_guide = guide[0]
     post = dense_guide.get_posterior(params)
     n = max(chains, 1)
@@ -330,6 +326,15 @@ def _svi_start(model, options: ModelOptions, arrays, dense_block: tuple[str, ...
 
 
 # ----------------------------------------------------------------------------- SVI
+
+
+def _run_svi(model, guide, arrays, steps: int, learning_rate: float, key):
+    """``steps`` of SVI (ELBO, clipped Adam); numpyro's SVIRunResult."""
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.optim import ClippedAdam
+
+    svi = SVI(model, guide, ClippedAdam(step_size=learning_rate), Trace_ELBO())
+    return svi.run(key, steps, arrays, progress_bar=False)
 
 
 def _svi_guide(model, options: ModelOptions, guide: str, rank: int):
@@ -389,18 +394,14 @@ def fit_svi(
     data covered the true η in only 69% of its 95% intervals). Use SVI for point estimates and
     iteration; report intervals from NUTS.
     """
-    from numpyro.infer import SVI, Trace_ELBO
-    from numpyro.optim import ClippedAdam
-
     dtype, options, model, arrays = _prepare(
         data, precision, compilation_cache, theta_anchor=theta_anchor, layout=layout, ordinal=ordinal,
         shift_prior=shift_prior, generator_mean=generator_mean,
     )
     g = _svi_guide(model, options, guide, rank)
-    svi = SVI(model, g, ClippedAdam(step_size=learning_rate), Trace_ELBO())
     key, draw_key = jax.random.split(jax.random.PRNGKey(seed))
     t0 = time.perf_counter()
-    res = svi.run(key, steps, arrays, progress_bar=False)
+    res = _run_svi(model, g, arrays, steps, learning_rate, key)
     jax.block_until_ready(res.params)
     t1 = time.perf_counter()
     draws = g.sample_posterior(draw_key, res.params, arrays, sample_shape=(num_draws,))

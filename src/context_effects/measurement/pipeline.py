@@ -81,6 +81,19 @@ QUALITY_COLUMNS = ("answer_id", "theta_mean", "theta_sd", "dataset", "corpus", "
 DECOMPOSITION_TABLES = {"truthfulqa": 10, "mmlu_pro": 11, "arc_challenge": 12}
 
 
+def without_added_defaults(settings: Mapping[str, Any], added: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` without the keys of ``added`` that hold its default value.
+
+    ``added`` lists options that arrived after fits had been run: a fit's settings dict is
+    its rule's params, so carrying an added option at its default would rerun every existing
+    fit (and all its tables) for nothing. Only fits that use a non-default value carry it."""
+    return {k: v for k, v in settings.items() if not (k in added and v == added[k])}
+
+
+#: FitSpec fields added after fits existed, with their defaults (see without_added_defaults).
+SPEC_ADDED_DEFAULTS = {"generator_mean": False, "anchor_reference": "augmented"}
+
+
 @dataclass(frozen=True)
 class FitSpec:
     """One fit: which ratings (corpus, seed, judges, self-exclusion) and which model (θ_a, shift
@@ -102,14 +115,7 @@ class FitSpec:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["judges"] = list(self.judges)
-        # Only the generator-mean fits carry the key: the other fits' dicts (their rules'
-        # params) stay as they were before the option existed, so adding it reran no fit.
-        if not self.generator_mean:
-            del d["generator_mean"]
-        # Likewise only the reference-free refit carries its anchor scoring.
-        if self.anchor_reference == "augmented":
-            del d["anchor_reference"]
-        return d
+        return without_added_defaults(d, SPEC_ADDED_DEFAULTS)
 
 
 def theta_variant(theta: float) -> str:

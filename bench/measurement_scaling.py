@@ -4,7 +4,10 @@ Reads the run files ``bench/measurement_speed.py --json`` wrote at several scale
 sampler settings at every scale: one chain of 400 warm-up + 400 draws per run, float64)
 and prints, per variant and scale, the medians over repeats of: whole-fit wall time, its
 parts (start, warm-up incl. compile, sampling), leapfrog steps per draw and per warm-up
-iteration, milliseconds per leapfrog step, and the weakest η and γ bulk ESS per second.
+iteration, milliseconds per leapfrog step, and the weakest η and γ bulk ESS per second;
+and, at each scale with runs of the straightforward model (a), every variant's ratio to it
+per wall- and per CPU-second. Files are pooled by scale, so repeats run in separate
+invocations (e.g. two cores at once) count together.
 
 Then, per variant, a least-squares line through log(wall seconds per iteration) against
 log(ratings) gives the exponent p of ``seconds per iteration ∝ ratings^p``; with it,
@@ -65,6 +68,8 @@ def curve_rows(runs: dict[str, dict[int, list[dict]]]) -> list[dict]:
                 "ms_per_step": float(np.median([1e3 * r["sampling_s"] / max(r["sample_steps"], 1) for r in rs])),
                 "ess_s_eta": float(np.median([r["ess_eta_min"] / r["wall_s"] for r in rs])),
                 "ess_s_gamma": float(np.median([r["ess_gamma_min"] / r["wall_s"] for r in rs])),
+                "ess_cpu_s_eta": float(np.median([r["ess_eta_min"] / r["cpu_s"] for r in rs])),
+                "ess_cpu_s_gamma": float(np.median([r["ess_gamma_min"] / r["cpu_s"] for r in rs])),
                 "s_per_iteration": float(np.median([(r["warmup_s"] + r["sampling_s"]) / iters for r in rs])),
             })
     return rows
@@ -85,7 +90,7 @@ def main() -> None:
     ap.add_argument("runs", nargs="+", help="run files of bench/measurement_speed.py --json")
     ap.add_argument("--predict-ratings", type=int, default=None, help="predict one paper-length chain at N ratings")
     args = ap.parse_args()
-    rows = curve_rows(load_runs(args.runs))
+    rows = sorted(curve_rows(load_runs(args.runs)), key=lambda r: (r["variant"] != "a", r["variant"], r["items"]))
     print("# scaling curve: medians over repeats; one chain of 400 + 400 per run, float64; ESS/s of the whole fit")
     print(f"{'variant':8s} {'scale':>6s} {'ratings':>8s} {'n':>2s} {'wall s':>7s} {'start':>6s} {'warm-up':>8s} "
           f"{'sampling':>8s} {'steps/draw':>10s} {'steps/warm-up it':>16s} {'ms/step':>7s} {'ESS/s eta':>9s} "
@@ -95,6 +100,17 @@ def main() -> None:
               f"{r['start_s']:6.1f} {r['warmup_s']:8.1f} {r['sampling_s']:8.1f} {r['steps_per_draw']:10.1f} "
               f"{r['steps_per_warmup_iteration']:16.1f} {r['ms_per_step']:7.2f} {r['ess_s_eta']:9.3f} "
               f"{r['ess_s_gamma']:11.3f}")
+    base = {r["items"]: r for r in rows if r["variant"] == "a"}
+    if base:
+        print("\n# ratio to (a) at the same scale (medians over each variant's repeats), ESS/s of the whole fit:"
+              " eta / gamma per wall-second; per CPU-second")
+        for r in rows:
+            a = base.get(r["items"])
+            if a is None or r["variant"] == "a":
+                continue
+            print(f"{r['variant']:8s} {r['scale']:6.2f}  x{r['ess_s_eta'] / a['ess_s_eta']:.1f} / "
+                  f"x{r['ess_s_gamma'] / a['ess_s_gamma']:.1f};  x{r['ess_cpu_s_eta'] / a['ess_cpu_s_eta']:.1f} / "
+                  f"x{r['ess_cpu_s_gamma'] / a['ess_cpu_s_gamma']:.1f}  (repeats: {r['n']} vs {a['n']})")
     print("\n# seconds per iteration (warm-up + sampling, compile included) = c * ratings^p")
     for variant in dict.fromkeys(r["variant"] for r in rows):
         fit = power_law(rows, variant)

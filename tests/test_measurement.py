@@ -316,6 +316,41 @@ def test_svi_start_gives_each_chain_its_own_start_and_a_full_metric(jax_cache):
     assert np.allclose(dense, dense.T) and np.all(np.linalg.eigvalsh(dense) > 0)
 
 
+def test_adaptation_windows_are_numpyros_at_stan_sizes_and_partition_the_warmup():
+    from numpyro.infer.hmc_util import build_adaptation_schedule
+
+    from context_effects.measurement.fit import STAN_WINDOWS, adaptation_windows
+
+    for n in (150, 151, 400, 999, 1500, 3001):
+        assert adaptation_windows(n, *STAN_WINDOWS) == [(w.start, w.end) for w in build_adaptation_schedule(n)]
+    for n, sizes in ((1500, (75, 100, 50)), (400, (30, 100, 20)), (777, (10, 13, 7))):
+        w = adaptation_windows(n, *sizes)
+        assert w[0] == (0, sizes[0] - 1) and w[1][1] - w[1][0] + 1 == sizes[1] and w[-1] == (n - sizes[2], n - 1)
+        assert all(b[0] == a[1] + 1 for a, b in zip(w, w[1:]))  # contiguous, nothing skipped
+        lengths = [b - a + 1 for a, b in w[1:-1]]
+        assert all(y == 2 * x for x, y in zip(lengths[:-2], lengths[1:-1]))  # doubling, the last takes the rest
+    with pytest.raises(ValueError, match="shorter than the windows"):
+        adaptation_windows(100, 75, 100, 50)
+
+
+def test_fit_uses_the_requested_warmup_windows_and_restores_numpyros(jax_cache, monkeypatch):
+    """The schedule swap must reach numpyro's adapter in a real fit and be undone after it."""
+    from numpyro.infer import hmc_util
+
+    from context_effects.measurement import fit as fit_module
+
+    calls = []
+    real = fit_module.adaptation_windows
+    monkeypatch.setattr(fit_module, "adaptation_windows", lambda n, *s: calls.append((n, s)) or real(n, *s))
+    original = hmc_util.build_adaptation_schedule
+    table, _ = simulate_ratings(n_items=4, generators=("g1", "g2"), judges=("j1", "j2"), seed=6)
+    fit = fit_nuts(prepare_data(table), chains=1, warmup=120, samples=20, precision="float64",
+                   warmup_windows=(20, 30, 10), keep_locals=False, compilation_cache=jax_cache)
+    assert (120, (20, 30, 10)) in calls
+    assert hmc_util.build_adaptation_schedule is original
+    assert fit.settings["warmup_windows"] == [20, 30, 10]
+
+
 def test_summary_diagnostics_and_netcdf(recovery_fit, tmp_path):
     fit, _, _ = recovery_fit
     summ = summarize(fit)

@@ -8,6 +8,7 @@ blocks (shifts, decomposition components, γ, Asym_total), and the divergence co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -39,6 +40,11 @@ INITS = ("median", "svi")
 #: Chains of the SVI start begin at guide draws with the guide's scale times this: SVI
 #: intervals are too narrow, and R-hat needs starts more dispersed than the posterior.
 START_DISPERSION = 2.0
+
+#: numpyro's warm-up windows (Stan's): a 75-iteration start buffer (step size only), slow
+#: windows of 25, 50, 100, ... iterations, each ending in a new mass matrix estimated from its
+#: draws alone, and a 50-iteration end buffer.
+STAN_WINDOWS = (75, 25, 50)
 
 PRECISIONS = ("float64", "float32")
 #: Blocks whose weakest coordinate Table 9 reports (those absent from a fit are skipped:
@@ -164,6 +170,7 @@ def fit_nuts(
     split_means: bool = False,
     init: str = "median",
     svi_steps: int = 2000,
+    warmup_windows: tuple[int, int, int] | None = None,
     keep_locals: bool = True,
     compilation_cache: bool | str | os.PathLike = True,
     init_strategy=None,
@@ -189,6 +196,8 @@ def fit_nuts(
         normal over the locals; each chain starts at its own overdispersed draw of the
         fitted guide, with the guide's covariance as the first mass matrix (``_svi_start``;
         adaptation then proceeds as usual; the SVI time counts in the total).
+    warmup_windows: (start buffer, first slow window, end buffer) of the warm-up schedule
+        (``adaptation_windows``); None keeps numpyro's ``STAN_WINDOWS`` (75, 25, 50).
     keep_locals: keep draws of z_b and ε (needed for per-answer θ); False saves memory.
     Warm-up and sampling run as two calls so each is timed (the compile falls in the first;
     the second compiles again only when warmup != samples). The warm-up draws are collected
@@ -240,7 +249,8 @@ def fit_nuts(
     fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + tuple(f"~z.{s}" for s in dropped)
     key = jax.random.PRNGKey(seed)
     t0 = time.perf_counter()
-    mcmc.warmup(key, arrays, extra_fields=fields, collect_warmup=True, init_params=start_params)
+    with _warmup_windows(tuple(warmup_windows) if warmup_windows else None):
+        mcmc.warmup(key, arrays, extra_fields=fields, collect_warmup=True, init_params=start_params)
     warm_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
     t1 = time.perf_counter()
     mcmc.run(mcmc.post_warmup_state.rng_key, arrays, extra_fields=fields)
@@ -273,6 +283,7 @@ def fit_nuts(
             "split_means": split_means,
             "init": init,
             "svi_steps": svi_steps if init == "svi" else None,
+            "warmup_windows": list(warmup_windows) if warmup_windows else None,
             "theta_anchor": theta_anchor,
             "jax_version": jax.__version__,
         },
@@ -281,6 +292,58 @@ def fit_nuts(
         sampler_stats=stats,
         mcmc=mcmc,
     )
+
+
+def adaptation_windows(num_steps: int, start_buffer: int, first_window: int, end_buffer: int) -> list[tuple[int, int]]:
+    """Stan's warm-up schedule with other sizes: (first, last) iteration of the start buffer,
+    of each slow window (doubling while three more fit, the last one taking the rest) and of
+    the end buffer. ``adaptation_windows(n, *STAN_WINDOWS)`` is numpyro's schedule for n >= 150."""
+    if start_buffer + first_window + end_buffer > num_steps:
+        raise ValueError(
+            f"warm-up of {num_steps} iterations is shorter than the windows {start_buffer} + {first_window} + "
+            f"{end_buffer}; use more warm-up or smaller windows"
+        )
+    windows = [(0, start_buffer - 1)]
+    end_start = num_steps - end_buffer
+    start, size = start_buffer, first_window
+    while start < end_start:
+        if 3 * size <= end_start - start:
+            this, size = size, 2 * size
+        else:
+            this = end_start - start
+        windows.append((start, start + this - 1))
+        start += this
+    windows.append((end_start, num_steps - 1))
+    return windows
+
+
+@contextlib.contextmanager
+def _warmup_windows(sizes: tuple[int, int, int] | None):
+    """Within the block, numpyro's warm-up adapter uses ``adaptation_windows(n, *sizes)``.
+
+    numpyro builds the schedule inside ``hmc_util.warmup_adapter`` with fixed sizes and no
+    setting for them, so the block swaps that module's schedule builder (looked up when the
+    adapter is built, i.e. when the chain is initialised) and restores it afterwards. Why:
+    after an SVI start the first mass matrix is already good, and the 25-draw first window
+    replaces it with an estimate from 25 draws (rank-deficient for the dense block), which
+    sends the next iterations to the maximum tree depth."""
+    if sizes is None:
+        yield
+        return
+    from numpyro.infer import hmc_util
+
+    original = hmc_util.build_adaptation_schedule
+
+    def schedule(num_steps):
+        if num_steps < sum(sizes):  # numpyro's own rule for short warm-ups
+            return original(num_steps)
+        return [hmc_util.AdaptWindow(a, b) for a, b in adaptation_windows(num_steps, *sizes)]
+
+    hmc_util.build_adaptation_schedule = schedule
+    try:
+        yield
+    finally:
+        hmc_util.build_adaptation_schedule = original
 
 
 def _svi_start(model, options: ModelOptions, arrays, dense_block: tuple[str, ...], steps: int, seed: int,

@@ -85,12 +85,34 @@ def power_law(rows: list[dict], variant: str) -> tuple[float, float] | None:
     return float(p), float(np.exp(logc))
 
 
+def print_markdown(rows: list[dict]) -> None:
+    base = {r["items"]: r for r in rows if r["variant"] == "a"}
+    print("| variant | scale | ratings | runs | wall s | warm-up s (incl. compile) | sampling s | steps per draw | "
+          "steps per warm-up iteration | ms per step | ESS/s η | ESS/s γ | ratio to (a) η / γ, wall | "
+          "ratio to (a) η / γ, CPU |")
+    print("|" + "---|" * 14)
+    for r in rows:
+        a = base.get(r["items"])
+        wall = cpu = "1 / 1" if r["variant"] == "a" else "–"
+        if a is not None and r["variant"] != "a":
+            wall = f"×{r['ess_s_eta'] / a['ess_s_eta']:.1f} / ×{r['ess_s_gamma'] / a['ess_s_gamma']:.1f}"
+            cpu = f"×{r['ess_cpu_s_eta'] / a['ess_cpu_s_eta']:.1f} / ×{r['ess_cpu_s_gamma'] / a['ess_cpu_s_gamma']:.1f}"
+        print(f"| {r['variant']} | {r['scale']:g} | {r['ratings']:,} | {r['n']} | {r['wall_s']:.0f} | "
+              f"{r['warmup_s']:.0f} | {r['sampling_s']:.0f} | {r['steps_per_draw']:.0f} | "
+              f"{r['steps_per_warmup_iteration']:.0f} | {r['ms_per_step']:.2f} | {r['ess_s_eta']:.3f} | "
+              f"{r['ess_s_gamma']:.3f} | {wall} | {cpu} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run files of bench/measurement_speed.py --json")
     ap.add_argument("--predict-ratings", type=int, default=None, help="predict one paper-length chain at N ratings")
+    ap.add_argument("--markdown", action="store_true", help="print the curve as a Markdown table (for the README)")
     args = ap.parse_args()
     rows = sorted(curve_rows(load_runs(args.runs)), key=lambda r: (r["variant"] != "a", r["variant"], r["items"]))
+    if args.markdown:
+        print_markdown(rows)
+        return
     print("# scaling curve: medians over repeats; one chain of 400 + 400 per run, float64; ESS/s of the whole fit")
     print(f"{'variant':8s} {'scale':>6s} {'ratings':>8s} {'n':>2s} {'wall s':>7s} {'start':>6s} {'warm-up':>8s} "
           f"{'sampling':>8s} {'steps/draw':>10s} {'steps/warm-up it':>16s} {'ms/step':>7s} {'ESS/s eta':>9s} "

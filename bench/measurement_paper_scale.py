@@ -57,25 +57,14 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _cpu_seconds() -> float:
-    """User + system CPU time of this process and its threads."""
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def _weakest_ess(fit) -> dict:
     """Weakest and median bulk ESS over η and γ; max R-hat and min tail ESS over the reported blocks."""
-    import arviz as az
-    import numpy as np
+    from measurement_speed import weakest_ess
 
     from context_effects.measurement import diagnostics
     from context_effects.measurement.fit import fit_blocks
 
-    blocks = fit_blocks(fit)
-    out = {}
-    for name in ("eta", "gamma"):
-        e = az.ess(az.convert_to_dataset({"x": blocks[name].draws}), method="bulk")["x"].values
-        out[f"{name}_min"], out[f"{name}_med"] = float(np.min(e)), float(np.median(e))
+    out = weakest_ess(fit_blocks(fit))
     diag = diagnostics(fit)  # the Table 9 figures over the reported blocks (split R-hat: fine for one chain)
     out.update(max_rhat=diag["max_rhat"], max_rhat_at=diag["max_rhat_at"], min_ess_tail=diag["min_ess_tail"])
     return out
@@ -97,6 +86,8 @@ def main() -> None:
 
     import jax
     import numpy as np
+
+    from measurement_speed import _cpu_seconds  # this script's directory is on sys.path
 
     from context_effects.measurement import fit_nuts, prepare_data, simulate_ratings
 

@@ -175,12 +175,7 @@ def worker(spec: dict) -> dict:
     cpu_s = _cpu_seconds() - cpu0
     diag = diagnostics(fit, blocks=("eta", "gamma"))
     blocks = fit_blocks(fit)
-    import arviz as az
-
-    ess = {}
-    for name in ("eta", "gamma"):
-        e = az.ess(az.convert_to_dataset({"x": blocks[name].draws}), method="bulk")["x"].values
-        ess[name] = (float(np.min(e)), float(np.median(e)))
+    ess = weakest_ess(blocks)
     st = fit.sampler_stats
     out.update(
         warmup=spec["warmup"],
@@ -196,15 +191,28 @@ def worker(spec: dict) -> dict:
         step_size=float(np.mean(st["step_size"])),
         divergences=int(st["diverging"].sum()),
         max_rhat=diag["max_rhat"],
-        ess_eta_min=ess["eta"][0],
-        ess_eta_med=ess["eta"][1],
-        ess_gamma_min=ess["gamma"][0],
-        ess_gamma_med=ess["gamma"][1],
+        ess_eta_min=ess["eta_min"],
+        ess_eta_med=ess["eta_med"],
+        ess_gamma_min=ess["gamma_min"],
+        ess_gamma_med=ess["gamma_med"],
         peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     )
     if spec.get("intervals"):
         out["intervals"] = _intervals(fit, truth, data)
     out["posterior"] = _posterior(blocks)
+    return out
+
+
+def weakest_ess(blocks) -> dict[str, float]:
+    """Weakest and median bulk ESS of η's and γ's coordinates (``fit_blocks`` of a fit):
+    eta_min, eta_med, gamma_min, gamma_med."""
+    import arviz as az
+    import numpy as np
+
+    out = {}
+    for name in ("eta", "gamma"):
+        e = az.ess(az.convert_to_dataset({"x": blocks[name].draws}), method="bulk")["x"].values
+        out[f"{name}_min"], out[f"{name}_med"] = float(np.min(e)), float(np.median(e))
     return out
 
 

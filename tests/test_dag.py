@@ -76,8 +76,7 @@ def test_a_ledger_beside_every_answered_shard(paper, demo):
         ledgers = dag.ledger_files(cfg)
         assert len(ledgers) == len(set(ledgers)) == len(dag.response_shards(cfg))
         assert all(p.startswith("results/ledgers/") and p.endswith(".json") for p in ledgers)
-    assert "results/ledgers/amel/judge/{}/{}.json".format(
-        amel_dag.models(paper)[0], amel_dag.domains(paper)[0]) in dag.ledger_files(paper)
+    assert f"results/ledgers/amel/judge/{amel_dag.models(paper)[0]}/domains.json" in dag.ledger_files(paper)
 
 
 def test_name_regex_matches_exactly_the_names():

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO
 from context_effects.amel.items import load_item_file, select_items
-from context_effects.amel.requests import write_domain_shard
+from context_effects.amel.requests import write_model_shard
 from context_effects.amel.scores import probabilities
 from context_effects.anchoring import dag as anchoring_dag
 from context_effects.anchoring.requests import write_judge_shard as write_anchoring_shard
@@ -95,7 +95,7 @@ def shards(tmp_path_factory) -> dict:
     amel_items_path = tmp / "amel-items.parquet"
     amel_items.to_parquet(amel_items_path, index=False)
     amel_req, amel_resp = tmp / "amel-req.parquet", tmp / "amel-resp.parquet"
-    write_domain_shard(amel_items_path, amel_req, model_name="gen-sim", model_cfg=CONFIG["models"]["gen-sim"],
+    write_model_shard([amel_items_path], amel_req, model_name="gen-sim", model_cfg=CONFIG["models"]["gen-sim"],
                        amel_cfg=CONFIG["amel"])
     _answer(amel_req, amel_resp, "gen-sim", tmp)
     out["amel_scores"] = (amel_req, amel_resp, lambda resp, req: probabilities([resp], [req]))

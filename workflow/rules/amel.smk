@@ -1,5 +1,5 @@
 # Study A (seed 000): accumulated message effects. Per domain an item table (test
-# items and the history pool) -> per model x domain one request shard (answered by
+# items and the history pool) -> per model one request shard of every domain (answered by
 # the generic rules of llm.smk) -> P(Yes) per cell and bias scores -> one table and
 # one figure per analysis (context_effects.amel.outputs), each by its own job.
 # Paths, targets and settings: context_effects.amel.dag.
@@ -27,15 +27,14 @@ rule amel_items:
 
 
 rule amel_requests:
-    """Every cell of every test item of one domain for one model, in prefix-sharing order."""
+    """Every cell of every test item of every domain for one model, in prefix-sharing order."""
     input:
-        item_table="results/amel/items/{domain}.parquet",
+        item_tables=amel_dag.domain_item_tables(config),
     output:
-        "results/requests/amel/judge/{model}/{domain}.parquet",
+        amel_dag.request_shard("{model}"),
     log:
-        "logs/amel/requests/{model}/{domain}.log",
+        "logs/amel/requests/{model}.log",
     wildcard_constraints:
-        domain=dag.name_regex(amel_dag.domains(config)),
         model=dag.name_regex(amel_dag.models(config)),
     conda:
         "../../envs/amel.yaml"

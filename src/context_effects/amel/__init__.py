@@ -15,7 +15,7 @@ the design choices that fill its gaps are stated where they are made:
   k, position runs, framing swap), the constructed verdict sequences and the chat messages.
   Everything but the manipulated assistant turns is byte-identical across
   cells of one item.
-* ``requests``: one request shard per model x domain, ordered so that
+* ``requests``: one request shard per model (every domain), ordered so that
   requests sharing a history prefix are adjacent (prefix-cache reuse): repeated
   samples for every model (the primary measurement) and first-token probe
   probabilities where the model's capabilities give logprobs (the secondary one).

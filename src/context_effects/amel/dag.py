@@ -121,23 +121,32 @@ def domain_source(config: Config, domain: str) -> dict[str, str]:
     return {"item_table": items_path(domain)}
 
 
-def response_shard(model: str, domain: str) -> str:
-    return f"results/responses/amel/judge/{model}/{domain}.parquet"
+def domain_item_tables(config: Config) -> list[str]:
+    """Every domain's item table, in domain order (the order of a model's request shard)."""
+    return [domain_items(d) for d in domains(config)]
+
+
+#: A model's one request shard holds every domain: one model load per model for the study.
+SHARD = "domains"
+
+
+def response_shard(model: str) -> str:
+    return f"results/responses/amel/judge/{model}/{SHARD}.parquet"
 
 
 def response_shards(config: Config) -> list[str]:
-    """Every model x domain response shard (answered by the generic rules of llm.smk)."""
-    return [response_shard(m, d) for m in models(config) for d in domains(config)]
+    """Every model's response shard (answered by the generic rules of llm.smk)."""
+    return [response_shard(m) for m in models(config)]
 
 
-def request_shard(model: str, domain: str) -> str:
-    return f"results/requests/amel/judge/{model}/{domain}.parquet"
+def request_shard(model: str) -> str:
+    return f"results/requests/amel/judge/{model}/{SHARD}.parquet"
 
 
 def request_shards(config: Config) -> list[str]:
     """The request shard of every ``response_shards`` entry, in the same order (the
     scores rule checks each response shard against its requests)."""
-    return [request_shard(m, d) for m in models(config) for d in domains(config)]
+    return [request_shard(m) for m in models(config)]
 
 
 def enabled(config: Config) -> bool:

@@ -1,4 +1,4 @@
-"""AMEL requests: one shard per model x domain, ordered for prefix-cache reuse.
+"""AMEL requests: one shard per model holding every domain, ordered for prefix-cache reuse.
 
 How P(Yes) is measured
 ----------------------
@@ -25,12 +25,14 @@ messages, so requests that share a history prefix (every test item of a
 domain after the same k turns; k = 5 is a prefix of k = 10 when the share is
 1) are adjacent and reach the engine in the same or consecutive batches:
 vLLM's automatic prefix caching then computes each shared prefix once
-(``bench/amel_prefix_cache.py`` measures it).
+(``bench/amel_prefix_cache.py`` measures it). Histories never cross domains, so
+the domains follow one another in the shard, each in that order; one shard per
+model means one model load per model for the whole study.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,8 @@ def domain_requests(
     return requests
 
 
-def write_domain_shard(
-    items_path: str | Path,
+def write_model_shard(
+    items_paths: Sequence[str | Path],
     out_path: str | Path,
     *,
     model_name: str,
@@ -163,6 +165,12 @@ def write_domain_shard(
     amel_cfg: Mapping[str, Any],
     logprobs: bool | None = None,
 ) -> int:
-    requests = domain_requests(read_domain_items(items_path), model_name, model_cfg, amel_cfg, logprobs=logprobs)
+    """The model's one request shard: every domain's requests (``domain_requests``), the
+    domains in the order of ``items_paths``."""
+    requests = [
+        request
+        for path in items_paths
+        for request in domain_requests(read_domain_items(path), model_name, model_cfg, amel_cfg, logprobs=logprobs)
+    ]
     write_request_shard(out_path, requests)
     return len(requests)

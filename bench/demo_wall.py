@@ -138,7 +138,8 @@ def one_run() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=2, help="demo runs from clean outputs")
-    parser.add_argument("--json", type=Path, help="append each run here (and summarise all runs in it)")
+    parser.add_argument("--json", type=Path, help="append each run here (and summarise all runs in it); with --log, "
+                        "write that log's summary here")
     parser.add_argument("--log", type=Path, help="only read this Snakemake log and print where its time went")
     parser.add_argument("--top", type=int, default=12, help="rules to print, by summed job time")
     args = parser.parse_args()
@@ -147,6 +148,8 @@ def main() -> None:
         summary = summarise_jobs(parse_log(args.log.read_text()))
         print(f"{summary['jobs']} jobs over {summary['span_seconds']:.0f} s")
         print_rules(summary, args.top)
+        if args.json:
+            args.json.write_text(json.dumps({"log": args.log.name, **summary}, indent=1))
         return
 
     runs = json.loads(args.json.read_text())["runs"] if args.json and args.json.exists() else []

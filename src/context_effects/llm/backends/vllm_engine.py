@@ -8,7 +8,7 @@ model) requests, never one call per prompt. The same code runs on GPU clusters
 
 Scripts that construct this backend must run under ``if __name__ == "__main__":``:
 on GPUs the engine spawns worker processes (on the CPU engine it runs in the
-calling process, see ``_engine_multiprocessing``).
+calling process, see ``_engine_in_this_process``).
 
 Request mapping
 ---------------
@@ -103,21 +103,18 @@ def _multiprocessing_unset() -> bool:
 
 
 @contextlib.contextmanager
-def _engine_multiprocessing(enabled: bool) -> Iterator[None]:
-    """Build the engine with vLLM's engine core in a process of its own, or in this one.
+def _engine_in_this_process() -> Iterator[None]:
+    """Build the engine with vLLM's engine core and worker in the calling process.
 
-    On the CPU engine with one worker, the engine core and its worker run in the calling
-    process: by default vLLM starts both as processes of their own, each importing vLLM
-    again, which on a small CPU job costs more than answering its shard (two imports of
-    ~10 s each, and a shutdown that waits for them). Answers are the same either way:
-    the same engine code runs the same batches. On GPUs the separate process overlaps
-    scheduling with the model's forward pass, so it stays. vLLM reads this switch only
-    from the environment, and only while the engine is built; it is restored afterwards
-    so that nothing started later (a ``vllm serve`` child) inherits it.
+    Used on the CPU engine with one worker (``VLLMBackend.engine_in_process``): by default
+    vLLM starts both as processes of their own, each importing vLLM again, which on a
+    small CPU job costs more than answering its shard (two imports of ~10 s each, and a
+    shutdown that waits for them). Answers are the same either way: the same engine code
+    runs the same batches. On GPUs the separate process overlaps scheduling with the
+    model's forward pass, so it stays. vLLM reads this switch only from the environment,
+    and only while the engine is built; it is removed afterwards so that nothing started
+    later (a ``vllm serve`` child) inherits it.
     """
-    if enabled or not _multiprocessing_unset():
-        yield
-        return
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     try:
         yield
@@ -254,7 +251,7 @@ class VLLMBackend(Backend):
         self.load_seconds: float | None = None
         #: Number of engine calls (llm.chat / llm.generate) made; benchmarks read it.
         self.engine_calls = 0
-        #: Whether the loaded engine runs in this process (the CPU engine, see _engine_multiprocessing).
+        #: Whether the loaded engine runs in this process (the CPU engine, see _engine_in_this_process).
         self.in_process = False
 
     # -- engine ------------------------------------------------------------------
@@ -263,7 +260,7 @@ class VLLMBackend(Backend):
         return vllm_version()
 
     def engine_in_process(self) -> bool:
-        """Whether the engine is built in this process (see ``_engine_multiprocessing``):
+        """Whether the engine is built in this process (see ``_engine_in_this_process``):
         on the CPU engine with one worker, unless the user chose vLLM's process layout
         (``VLLM_ENABLE_V1_MULTIPROCESSING`` set, or an executor in ``engine_kwargs``)."""
         return (
@@ -306,7 +303,7 @@ class VLLMBackend(Backend):
             log.info(
                 "loading %s with vLLM (%s)%s", self.model, vllm_version(), ", engine in this process" if in_process else ""
             )
-            with _engine_multiprocessing(not in_process):
+            with _engine_in_this_process() if in_process else contextlib.nullcontext():
                 self._llm = LLM(**kwargs)
             self.in_process = in_process
             self._tokenizer = self._llm.get_tokenizer()

@@ -116,7 +116,7 @@ def test_used_models_follow_enabled_studies(demo):
 def test_conformity_shards_and_judges_of_the_paper_design(paper):
     # 500 items per dataset in blocks of shard_size/8 items.
     shards = conformity_dag.shards(paper, "truthfulqa")
-    assert shards == ["000", "001"]
+    assert shards == ["truthfulqa-000", "truthfulqa-001"]
     r = conformity_dag.response_shards(paper, "truthfulqa")
     # (3 seed labels + the decomposition corpus) x 2 rounds x 4 generators x 2 blocks
     assert len(r) == len(set(r)) == 4 * 2 * 4 * 2

@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from conftest import REPO, edit_definition, run_snakemake
+from context_effects.config import validate_config
+from context_effects.conformity import dag as conformity_dag
 
 #: Study C's Table 2, Table 5 and rating figure and one AMEL table and figure: every
 #: stage from items to ratings, on both studies, in a couple of minutes.
@@ -106,12 +108,12 @@ def test_the_blind_judge_prompt_reruns_judging_and_what_reads_ratings(finished):
     and the two tables and the figure built from ratings; no generation, no AMEL job."""
     repo, config = finished
     with _Edited(repo / PROMPTS, "BLIND_JUDGE"):
-        cfg = yaml.safe_load(config.read_text())
+        cfg = validate_config(yaml.safe_load(config.read_text()))
         datasets, judges = cfg["conformity"]["datasets"], cfg["conformity"]["judges"]
         planned = _planned(repo, config)
         shards = planned["conformity_judge_requests"]
-        # One request shard per judge and dataset at least (blind and informed share shards).
-        assert shards >= len(datasets) * len(judges)
+        # Every judge shard of every judge (blind and informed share shards).
+        assert shards == sum(len(conformity_dag.judge_shard_blocks(cfg, j)) for j in judges) >= len(judges)
         assert planned == Counter({"conformity_judge_requests": shards, "answer_requests_remote": shards,
                                    "conformity_ratings": len(datasets), "conformity_table": 2,
                                    "conformity_figure": 1})

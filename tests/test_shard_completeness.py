@@ -72,7 +72,7 @@ def shards(tmp_path_factory) -> dict:
     items_path = tmp / "items.parquet"
     write_items(items, items_path)
     gen_req, gen_resp = tmp / "gen-req.parquet", tmp / "gen-resp.parquet"
-    write_round1_shard(items_path, gen_req, shard=0, generator="gen-sim", model_cfg=CONFIG["models"]["gen-sim"],
+    write_round1_shard({"truthfulqa": items_path}, gen_req, blocks=[("truthfulqa", 0)], generator="gen-sim", model_cfg=CONFIG["models"]["gen-sim"],
                        settings=c["generation"], seed=42, corpus="main")
     _answer(gen_req, gen_resp, "gen-sim", tmp)
     out["conformity_answers"] = (gen_req, gen_resp, lambda resp, req: collect_answers(
@@ -83,7 +83,8 @@ def shards(tmp_path_factory) -> dict:
     answers_path = tmp / "answers.parquet"
     answers[answers["corpus"] == "main"].to_parquet(answers_path, index=False)
     judge_req, judge_resp = tmp / "judge-req.parquet", tmp / "judge-resp.parquet"
-    write_judge_shard(items_path, answers_path, judge_req, shard=0, judge="judge-sim",
+    write_judge_shard({"truthfulqa": items_path}, {"truthfulqa": answers_path}, judge_req, blocks=[("truthfulqa", 0)],
+                      judge="judge-sim",
                       judge_cfg=CONFIG["models"]["judge-sim"], items_per_shard=3, hosted=False, primary_seed=42,
                       judging=c["judging"], seed=1)
     _answer(judge_req, judge_resp, "judge-sim", tmp)

@@ -264,7 +264,8 @@ def response_shards(config: Config) -> list[str]:
         shards += amel_dag.response_shards(config)
     if anchoring_dag.enabled(config):
         shards += [anchoring_dag.response_shard(j) for j in config["anchoring"]["judges"]]
-    return shards
+    # A Study C shard that holds several datasets is listed once per dataset above.
+    return list(dict.fromkeys(shards))
 
 
 def ledger_files(config: Config) -> list[str]:

@@ -7,15 +7,17 @@
 rule conformity_round1_requests:
     """Round-1 requests of one shard of items (seed 002 App. A.1)."""
     input:
-        item_table="results/items/{dataset}.parquet",
+        item_tables=lambda wildcards: list(
+            conformity_dag.shard_item_tables(config, wildcards.shard).values()
+        ),
     output:
-        "results/requests/conformity/{corpus}-round1-s{seed}/{generator}/{dataset}-{shard}.parquet",
+        "results/requests/conformity/{corpus}-round1-s{seed}/{generator}/{shard}.parquet",
     log:
-        "logs/conformity/requests/{corpus}-round1-s{seed}/{generator}/{dataset}-{shard}.log",
+        "logs/conformity/requests/{corpus}-round1-s{seed}/{generator}/{shard}.log",
     wildcard_constraints:
         corpus="main|decomp",
         seed=r"\d+",
-        shard=r"\d{3}",
+        shard=dag.name_regex(conformity_dag.generation_shards(config)),
         generator=dag.name_regex(conformity_dag.generators(config)),
     conda:
         "../../envs/data.yaml"
@@ -27,6 +29,10 @@ rule conformity_round1_requests:
         code=codeversion.of_script("conformity_requests.py"),
         model=lambda wildcards: dag.model_settings(config, wildcards.generator),
         generation=config["conformity"]["generation"],
+        item_tables=lambda wildcards: conformity_dag.shard_item_tables(
+            config, wildcards.shard
+        ),
+        blocks=lambda wildcards: conformity_dag.shard_blocks(config, wildcards.shard),
     script:
         "../scripts/conformity_requests.py"
 
@@ -34,16 +40,18 @@ rule conformity_round1_requests:
 rule conformity_round2_requests:
     """Round-2 arms branched from each realised Round-1 answer (seed 002 §2.1, App. A.1)."""
     input:
-        item_table="results/items/{dataset}.parquet",
-        round1="results/responses/conformity/{corpus}-round1-s{seed}/{generator}/{dataset}-{shard}.parquet",
+        item_tables=lambda wildcards: list(
+            conformity_dag.shard_item_tables(config, wildcards.shard).values()
+        ),
+        round1="results/responses/conformity/{corpus}-round1-s{seed}/{generator}/{shard}.parquet",
     output:
-        "results/requests/conformity/{corpus}-round2-s{seed}/{generator}/{dataset}-{shard}.parquet",
+        "results/requests/conformity/{corpus}-round2-s{seed}/{generator}/{shard}.parquet",
     log:
-        "logs/conformity/requests/{corpus}-round2-s{seed}/{generator}/{dataset}-{shard}.log",
+        "logs/conformity/requests/{corpus}-round2-s{seed}/{generator}/{shard}.log",
     wildcard_constraints:
         corpus="main|decomp",
         seed=r"\d+",
-        shard=r"\d{3}",
+        shard=dag.name_regex(conformity_dag.generation_shards(config)),
         generator=dag.name_regex(conformity_dag.generators(config)),
     conda:
         "../../envs/data.yaml"
@@ -56,6 +64,10 @@ rule conformity_round2_requests:
         model=lambda wildcards: dag.model_settings(config, wildcards.generator),
         generation=config["conformity"]["generation"],
         peers=config["conformity"]["peers"],
+        item_tables=lambda wildcards: conformity_dag.shard_item_tables(
+            config, wildcards.shard
+        ),
+        blocks=lambda wildcards: conformity_dag.shard_blocks(config, wildcards.shard),
     script:
         "../scripts/conformity_requests.py"
 
@@ -63,13 +75,15 @@ rule conformity_round2_requests:
 rule conformity_anchor_requests:
     """Synthetic runs only: tagged anchors at ±θ_a from the synthetic generator (see `anchor_requests`)."""
     input:
-        item_table="results/items/{dataset}.parquet",
+        item_tables=lambda wildcards: list(
+            conformity_dag.shard_item_tables(config, wildcards.shard).values()
+        ),
     output:
-        "results/requests/conformity/anchors/{generator}/{dataset}-{shard}.parquet",
+        "results/requests/conformity/anchors/{generator}/{shard}.parquet",
     log:
-        "logs/conformity/requests/anchors/{generator}/{dataset}-{shard}.log",
+        "logs/conformity/requests/anchors/{generator}/{shard}.log",
     wildcard_constraints:
-        shard=r"\d{3}",
+        shard=dag.name_regex(conformity_dag.generation_shards(config)),
         generator=dag.name_regex(conformity_dag.anchor_generator(config)),
     conda:
         "../../envs/data.yaml"
@@ -82,6 +96,10 @@ rule conformity_anchor_requests:
         model=lambda wildcards: dag.model_settings(config, wildcards.generator),
         generation=config["conformity"]["generation"],
         seed=config["sampling"]["seed"],
+        item_tables=lambda wildcards: conformity_dag.shard_item_tables(
+            config, wildcards.shard
+        ),
+        blocks=lambda wildcards: conformity_dag.shard_blocks(config, wildcards.shard),
     script:
         "../scripts/conformity_requests.py"
 

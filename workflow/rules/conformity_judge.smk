@@ -8,14 +8,16 @@
 rule conformity_judge_requests:
     """Judge requests for one block of items: blind, informed and anchor passes."""
     input:
-        item_table="results/items/{dataset}.parquet",
-        answers="results/conformity/answers/{dataset}.parquet",
+        unpack(
+            lambda wildcards: conformity_dag.judge_inputs(
+                config, wildcards.judge, wildcards.shard
+            )
+        ),
     output:
-        "results/requests/conformity/judge/{judge}/{dataset}-{shard}.parquet",
+        "results/requests/conformity/judge/{judge}/{shard}.parquet",
     log:
-        "logs/conformity/requests/judge/{judge}/{dataset}-{shard}.log",
+        "logs/conformity/requests/judge/{judge}/{shard}.log",
     wildcard_constraints:
-        shard=r"\d{3}",
         judge=dag.name_regex(conformity_dag.all_judges(config)),
     conda:
         "../../envs/data.yaml"
@@ -28,6 +30,12 @@ rule conformity_judge_requests:
         model=lambda wildcards: dag.model_settings(config, wildcards.judge),
         judging=config["conformity"]["judging"],
         block=lambda wildcards: conformity_dag.judge_block(config, wildcards.judge),
+        blocks=lambda wildcards: conformity_dag.judge_blocks(
+            config, wildcards.judge, wildcards.shard
+        ),
+        tables=lambda wildcards: conformity_dag.judge_tables(
+            config, wildcards.judge, wildcards.shard
+        ),
         primary_seed=config["conformity"]["primary_seed"],
         seed=config["sampling"]["seed"],
     script:

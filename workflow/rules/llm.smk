@@ -42,7 +42,7 @@ rule answer_requests_vllm:
         model=dag.name_regex(dag.vllm_models(config)),
         study="[a-z_]+",
         stage="[A-Za-z0-9_.-]+",
-        shard="[A-Za-z0-9_.-]+",
+        shard="[A-Za-z0-9_.+-]+",
     conda:
         "../../envs/vllm.yaml"
     threads: config["run"]["threads_per_job"]
@@ -75,7 +75,7 @@ rule answer_requests_remote:
         model=dag.name_regex(dag.remote_models(config)),
         study="[a-z_]+",
         stage="[A-Za-z0-9_.-]+",
-        shard="[A-Za-z0-9_.-]+",
+        shard="[A-Za-z0-9_.+-]+",
     conda:
         "../../envs/llm-api.yaml"
     resources:

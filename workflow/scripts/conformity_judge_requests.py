@@ -5,11 +5,12 @@ from context_effects.jobs import setup_job_logging
 
 log = setup_job_logging(snakemake.log[0])
 block = snakemake.params.block
+tables = snakemake.params.tables
 n = write_judge_shard(
-    snakemake.input.item_table,
-    snakemake.input.answers,
+    dict(tables["item_tables"]),
+    dict(tables["answers"]),
     snakemake.output[0],
-    shard=int(snakemake.wildcards.shard),
+    blocks=[(d, int(i)) for d, i in snakemake.params.blocks],
     judge=snakemake.wildcards.judge,
     judge_cfg=snakemake.params.model,
     items_per_shard=int(block["items_per_shard"]),

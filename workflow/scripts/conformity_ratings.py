@@ -12,6 +12,7 @@ ratings = ratings_frame(
     snakemake.params.hosted_judges,
     request_paths=list(snakemake.input.requests),
     injection_flags=flags_by_answer(pd.read_parquet(snakemake.input.injection)),
+    dataset=snakemake.wildcards.dataset,
 )
 check_d(ratings)
 ratings.to_parquet(snakemake.output[0], index=False)

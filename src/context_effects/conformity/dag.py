@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from context_effects.conformity.judging import items_per_judge_shard, n_judge_shards
-from context_effects.conformity.stages import n_shards, shard_label
+from context_effects.conformity.judging import items_per_judge_shard
+from context_effects.conformity.stages import Block, items_per_shard, packed_shards
 from context_effects.dag import items_path, request_shard_of, rule_resources
 from context_effects.measurement.pipeline import family_of, find_spec, fit_plan, without_added_defaults
 
@@ -36,11 +36,36 @@ def generators(config: Config) -> list[str]:
 # --- generation ------------------------------------------------------------------------
 
 
+def generation_shards(config: Config) -> dict[str, list[Block]]:
+    """Generation shard name -> its item blocks, the same cut at every generation stage
+    (blocks of shard_size/8 items; the small last blocks of several datasets share a shard)."""
+    size = items_per_shard(config["conformity"]["generation"]["shard_size"])
+    return packed_shards({d: config["datasets"][d]["n_items"] for d in datasets(config)}, size)
+
+
 def shards(config: Config, dataset: str) -> list[str]:
-    """Labels of the generation shards (blocks of items) of a dataset."""
-    n_items = config["datasets"][dataset]["n_items"]
-    size = config["conformity"]["generation"]["shard_size"]
-    return [shard_label(i) for i in range(n_shards(n_items, size))]
+    """Names of the generation shards that hold items of a dataset."""
+    return _holding(generation_shards(config), dataset)
+
+
+def _holding(shard_blocks: Mapping[str, list[Block]], dataset: str) -> list[str]:
+    return [name for name, blocks in shard_blocks.items() if any(d == dataset for d, _ in blocks)]
+
+
+def _blocks_of(shard_blocks: Mapping[str, list[Block]], shard: str, what: str) -> list[Block]:
+    if shard not in shard_blocks:
+        raise ValueError(f"{shard!r} is not a {what} of this config (known: {sorted(shard_blocks)})")
+    return shard_blocks[shard]
+
+
+def shard_blocks(config: Config, shard: str) -> list[list[Any]]:
+    """The (dataset, block index) pairs of a generation shard (a rule param)."""
+    return [[d, i] for d, i in _blocks_of(generation_shards(config), shard, "generation shard")]
+
+
+def shard_item_tables(config: Config, shard: str) -> dict[str, str]:
+    """Dataset -> item table of every dataset with items in a generation shard."""
+    return {d: items_path(d) for d, _ in _blocks_of(generation_shards(config), shard, "generation shard")}
 
 
 def executions(config: Config) -> list[tuple[str, int]]:
@@ -56,7 +81,7 @@ def executions(config: Config) -> list[tuple[str, int]]:
 def response_shards(config: Config, dataset: str) -> list[str]:
     """Every Round-1 and Round-2 response shard of a dataset (the answers table's inputs)."""
     return [
-        f"results/responses/conformity/{corpus}-{stage}-s{seed}/{gen}/{dataset}-{shard}.parquet"
+        f"results/responses/conformity/{corpus}-{stage}-s{seed}/{gen}/{shard}.parquet"
         for corpus, seed in executions(config)
         for stage in ("round1", "round2")
         for gen in generators(config)
@@ -88,7 +113,7 @@ def anchor_response_shards(config: Config, dataset: str) -> list[str]:
         return []
     gen = generators(config)[0]
     return [
-        f"results/responses/conformity/anchors/{gen}/{dataset}-{shard}.parquet"
+        f"results/responses/conformity/anchors/{gen}/{shard}.parquet"
         for shard in shards(config, dataset)
     ]
 
@@ -117,10 +142,17 @@ def is_hosted_judge(config: Config, judge: str) -> bool:
     return judge in config["conformity"]["hosted_judges"]
 
 
+def judge_shard_blocks(config: Config, judge: str) -> dict[str, list[Block]]:
+    """Judge shard name -> its item blocks, over the datasets the judge rates (blocks
+    sized from ``judging.shard_size``, see ``judge_block``)."""
+    size = judge_block(config, judge)["items_per_shard"]
+    rated = {d: config["datasets"][d]["n_items"] for d in datasets(config) if judge in judges(config, d)}
+    return packed_shards(rated, size)
+
+
 def judge_shards(config: Config, dataset: str, judge: str) -> list[str]:
-    n_items = config["datasets"][dataset]["n_items"]
-    n = n_judge_shards(n_items, config["conformity"], is_hosted_judge(config, judge))
-    return [shard_label(i) for i in range(n)]
+    """Names of one judge's shards that hold items of a dataset."""
+    return _holding(judge_shard_blocks(config, judge), dataset)
 
 
 def judge_block(config: Config, judge: str) -> dict[str, Any]:
@@ -131,9 +163,26 @@ def judge_block(config: Config, judge: str) -> dict[str, Any]:
     return {"items_per_shard": items_per_judge_shard(config["conformity"], hosted), "hosted": hosted}
 
 
+def judge_blocks(config: Config, judge: str, shard: str) -> list[list[Any]]:
+    """The (dataset, block index) pairs of one judge's shard (a rule param)."""
+    return [[d, i] for d, i in _blocks_of(judge_shard_blocks(config, judge), shard, f"judge shard of {judge}")]
+
+
+def judge_tables(config: Config, judge: str, shard: str) -> dict[str, dict[str, str]]:
+    """``item_tables`` and ``answers``: dataset -> table, for the datasets in one judge's shard."""
+    names = dict.fromkeys(d for d, _ in _blocks_of(judge_shard_blocks(config, judge), shard, f"judge shard of {judge}"))
+    return {"item_tables": {d: items_path(d) for d in names},
+            "answers": {d: f"results/conformity/answers/{d}.parquet" for d in names}}
+
+
+def judge_inputs(config: Config, judge: str, shard: str) -> dict[str, list[str]]:
+    """``judge_tables`` as the rule's input lists."""
+    return {key: list(tables.values()) for key, tables in judge_tables(config, judge, shard).items()}
+
+
 def judge_response_shards(config: Config, dataset: str) -> list[str]:
     return [
-        f"results/responses/conformity/judge/{judge}/{dataset}-{shard}.parquet"
+        f"results/responses/conformity/judge/{judge}/{shard}.parquet"
         for judge in judges(config, dataset)
         for shard in judge_shards(config, dataset, judge)
     ]

@@ -3,7 +3,8 @@
 Shards are blocks of items, so one judge job rates every answer (all generators,
 executions, corpora, both anchors) of its items and a rerun of one block touches
 nothing else. The block size is chosen from ``judging.shard_size`` (requests per
-job), counting exactly how many requests one item produces under the config.
+job), counting exactly how many requests one item produces under the config; the
+small last blocks of several datasets share one shard (``stages.packed_shards``).
 
 Hosted judges (seed 002 §3.3, Table 4's API rows) are an audit, paid per call: they
 rate only what the five-judge refits use — the main corpus at the primary seed plus
@@ -89,11 +90,11 @@ def judged_answers(answers: pd.DataFrame, item_ids: Sequence[str], hosted: bool,
 
 
 def write_judge_shard(
-    items_path: str | Path,
-    answers_path: str | Path,
+    items_paths: Mapping[str, str | Path],
+    answers_paths: Mapping[str, str | Path],
     out_path: str | Path,
     *,
-    shard: int,
+    blocks: Sequence[tuple[str, int]],
     judge: str,
     judge_cfg: Mapping[str, Any],
     items_per_shard: int,
@@ -102,15 +103,20 @@ def write_judge_shard(
     judging: Mapping[str, Any],
     seed: int,
 ) -> int:
-    """Write judge shard ``shard`` (items ``shard * items_per_shard`` onward) of one judge.
+    """Write the judge shard of ``blocks`` ((dataset, block index); block i holds items
+    ``i * items_per_shard`` onward of its dataset) for one judge. ``items_paths`` and
+    ``answers_paths`` map each dataset to its item and answers tables.
 
     ``judging`` is ``conformity.judging`` (sampling, re-asks); a ``hosted`` judge rates
     only the main corpus at ``primary_seed`` and the anchors.
     """
     k = items_per_shard
-    block = read_items(items_path).iloc[shard * k : (shard + 1) * k]
-    answers = pd.read_parquet(answers_path)
-    sel = judged_answers(answers, block["item_id"].tolist(), hosted, primary_seed)
+    selected = []
+    for dataset, index in blocks:
+        block = read_items(items_paths[dataset]).iloc[index * k : (index + 1) * k]
+        answers = pd.read_parquet(answers_paths[dataset])
+        selected.append(judged_answers(answers, block["item_id"].tolist(), hosted, primary_seed))
+    sel = pd.concat(selected, ignore_index=True)
     settings = judging
     requests = judge_requests(sel, judge, judge_cfg, settings, seed)
     write_request_shard(
@@ -130,8 +136,10 @@ def ratings_frame(
     hosted_judges: Sequence[str] = (),
     request_paths: Sequence[str | Path] | None = None,
     injection_flags: Mapping[str, bool] | None = None,
+    dataset: str | None = None,
 ) -> pd.DataFrame:
-    """The ratings table (``RATING_COLUMNS``): one row per judge request, misses included.
+    """The ratings table (``RATING_COLUMNS``): one row per judge request, misses included;
+    with ``dataset``, the rows of that dataset only (a shard can hold several datasets).
 
     A rating comes only from a reply that passed validation; a reply that stayed
     unparseable after every re-ask, or a call that failed, is a row with
@@ -160,6 +168,8 @@ def ratings_frame(
             table["notes"],
         ):
             m = req.meta
+            if dataset is not None and m["dataset"] != dataset:
+                continue
             value, reason = parse_rating(text) if ok and text is not None else (None, None)
             missing = value is None
             anchor = m["condition"] in ANCHOR_CONDITIONS

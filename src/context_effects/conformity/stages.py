@@ -2,7 +2,8 @@
 
 Work is cut into shards of items, the same cut at every stage, so Round-2 shard k
 needs only Round-1 shard k: a job never waits for a whole dataset, and a rerun of
-one shard touches nothing else.
+one shard touches nothing else. A shard is one block of a dataset's items or, for
+the small last blocks, several datasets' blocks together (``packed_shards``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,53 @@ def item_block(items: pd.DataFrame, shard: int, shard_size: int) -> pd.DataFrame
     return items.iloc[shard * k : (shard + 1) * k]
 
 
+#: One block of a shard: (dataset, block index); block i holds items i*k .. (i+1)*k - 1.
+Block = tuple[str, int]
+
+
+def block_name(dataset: str, index: int) -> str:
+    return f"{dataset}-{shard_label(index)}"
+
+
+def packed_shards(n_items: Mapping[str, int], items_per_block: int) -> dict[str, list[Block]]:
+    """Shard name -> its item blocks, for datasets of ``n_items`` items cut into blocks
+    of ``items_per_block``.
+
+    A full block is a shard of its own, named ``<dataset>-<block>``, so a change to one
+    dataset's items reruns only its own shards. Each dataset's last block, when it is not
+    full, shares a shard with the other datasets' last blocks while their items fit in one
+    block (first fit, in dataset order); the shard is named by its blocks joined with
+    ``+``. A small run therefore asks one answering job per model and stage instead of one
+    per dataset (each job pays the model load), and a run of full blocks keeps one shard
+    per block.
+    """
+    shards: dict[str, list[Block]] = {}
+    open_packs: list[tuple[list[Block], list[int]]] = []  # (blocks, [items held])
+    for dataset, n in n_items.items():
+        n_blocks = max(1, math.ceil(n / items_per_block))
+        for index in range(n_blocks):
+            size = min(items_per_block, n - index * items_per_block)
+            if size >= items_per_block:
+                shards[block_name(dataset, index)] = [(dataset, index)]
+                continue
+            for blocks, held in open_packs:
+                if held[0] + size <= items_per_block:
+                    blocks.append((dataset, index))
+                    held[0] += size
+                    break
+            else:
+                open_packs.append(([(dataset, index)], [size]))
+    for blocks, _ in open_packs:
+        shards["+".join(block_name(d, i) for d, i in blocks)] = blocks
+    return shards
+
+
+def shard_items(items_paths: Mapping[str, str | Path], blocks: Sequence[Block], shard_size: int) -> pd.DataFrame:
+    """The items of a shard's blocks, block after block (``items_paths``: dataset -> item table)."""
+    frames = [item_block(read_items(items_paths[d]), i, shard_size) for d, i in blocks]
+    return pd.concat(frames, ignore_index=True)
+
+
 def _retry_settings(settings: Mapping[str, Any]) -> dict[str, float]:
     return {
         "retry_temperature_step": float(settings["retry_temperature_step"]),
@@ -67,17 +115,17 @@ def _policy(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_round1_shard(
-    items_path: str | Path,
+    items_paths: Mapping[str, str | Path],
     out_path: str | Path,
     *,
-    shard: int,
+    blocks: Sequence[Block],
     generator: str,
     model_cfg: Mapping[str, Any],
     settings: Mapping[str, Any],
     seed: int,
     corpus: str,
 ) -> int:
-    block = item_block(read_items(items_path), shard, settings["shard_size"])
+    block = shard_items(items_paths, blocks, settings["shard_size"])
     requests = round1_requests(block, generator, model_cfg, settings, seed, corpus=corpus)
     write_request_shard(out_path, requests, **_policy(settings))
     return len(requests)
@@ -102,15 +150,22 @@ def _texts(table: pd.DataFrame) -> list[str | None]:
 def realised_answers(responses_path: str | Path, requests_path: str | Path | None = None) -> dict[str, str | None]:
     """item_id -> the realised answer text of a Round-1 response shard (None if it failed)."""
     requests, texts = read_responses(responses_path, requests_path)
-    return {req.meta["item_id"]: text for req, text in zip(requests, texts)}
+    realised: dict[str, str | None] = {}
+    for req, text in zip(requests, texts):
+        item_id = req.meta["item_id"]
+        if item_id in realised:
+            # A shard can hold several datasets: their item ids must not collide.
+            raise ValueError(f"{responses_path}: item id {item_id!r} answered twice in one Round-1 shard")
+        realised[item_id] = text
+    return realised
 
 
 def write_round2_shard(
-    items_path: str | Path,
+    items_paths: Mapping[str, str | Path],
     round1_responses: str | Path,
     out_path: str | Path,
     *,
-    shard: int,
+    blocks: Sequence[Block],
     generator: str,
     model_cfg: Mapping[str, Any],
     settings: Mapping[str, Any],
@@ -118,7 +173,7 @@ def write_round2_shard(
     seed: int,
     corpus: str,
 ) -> int:
-    block = item_block(read_items(items_path), shard, settings["shard_size"])
+    block = shard_items(items_paths, blocks, settings["shard_size"])
     requests = round2_requests(
         block,
         realised_answers(round1_responses),
@@ -137,10 +192,10 @@ def write_round2_shard(
 
 
 def write_anchor_shard(
-    items_path: str | Path,
+    items_paths: Mapping[str, str | Path],
     out_path: str | Path,
     *,
-    shard: int,
+    blocks: Sequence[Block],
     generator: str,
     model_cfg: Mapping[str, Any],
     settings: Mapping[str, Any],
@@ -151,7 +206,7 @@ def write_anchor_shard(
     The synthetic judge reads quality from a tag in the answer, which the fixed
     gold/attractor texts lack (see ``anchor_requests``).
     """
-    block = item_block(read_items(items_path), shard, settings["shard_size"])
+    block = shard_items(items_paths, blocks, settings["shard_size"])
     requests = anchor_requests(block, generator, model_cfg, settings, seed)
     write_request_shard(out_path, requests, **_policy(settings))
     return len(requests)
@@ -213,7 +268,8 @@ def collect_answers(
     request_paths: Sequence[str | Path] | None = None,
     anchor_request_paths: Sequence[str | Path] | None = None,
 ) -> pd.DataFrame:
-    """One row per answer of a dataset: every generated answer plus the two anchors per item.
+    """One row per answer of a dataset (the items of ``items_path``): every generated
+    answer plus the two anchors per item.
 
     Anchors are the fixed gold and attractor texts, or, in a synthetic run, the
     synthetic generator's tagged anchors from ``anchor_paths``. ``settings`` (the
@@ -225,8 +281,11 @@ def collect_answers(
     """
     pairs = _paired(response_paths, request_paths) + _paired(anchor_paths, anchor_request_paths)
     frames = [generation_frame(path, settings, requests_path=req) for path, req in pairs]
+    items = read_items(items_path)
+    # A shard can hold other datasets' blocks too: keep the answers to this dataset's items.
+    frames = [f[f["item_id"].isin(items["item_id"])] for f in frames]
     if not anchor_paths:
-        frames.append(anchor_texts(read_items(items_path)))
+        frames.append(anchor_texts(items))
     frames = [f for f in frames if len(f)]
     answers = pd.concat(frames, ignore_index=True)
     dup = answers["answer_id"].duplicated()

@@ -13,7 +13,6 @@ the anchors — and only on ``hosted_judge_datasets``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,10 +70,6 @@ def requests_per_item(conformity: Mapping[str, Any], hosted: bool = False) -> in
 
 def items_per_judge_shard(conformity: Mapping[str, Any], hosted: bool = False) -> int:
     return max(1, conformity["judging"]["shard_size"] // requests_per_item(conformity, hosted))
-
-
-def n_judge_shards(n_items: int, conformity: Mapping[str, Any], hosted: bool = False) -> int:
-    return max(1, math.ceil(n_items / items_per_judge_shard(conformity, hosted)))
 
 
 def judged_answers(answers: pd.DataFrame, item_ids: Sequence[str], hosted: bool, primary_seed: int) -> pd.DataFrame:

@@ -37,10 +37,6 @@ def items_per_shard(shard_size: int) -> int:
     return max(1, shard_size // ANSWERS_PER_TRIAL)
 
 
-def n_shards(n_items: int, shard_size: int) -> int:
-    return max(1, math.ceil(n_items / items_per_shard(shard_size)))
-
-
 def shard_label(index: int) -> str:
     return f"{index:03d}"
 

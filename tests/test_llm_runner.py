@@ -282,25 +282,37 @@ def test_progress_bar_goes_to_stderr(store: ResponseStore, capsys: pytest.Captur
     assert "4/4" in captured.err and "tok/s" in captured.err
 
 
+class FakeClock:
+    """Stands in for the runner's ``time`` module, so a rate is exact arithmetic
+    rather than a race against a loaded CI machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
 
 class OneCallBackend(CountingBackend):
     """Answers a whole batch in one engine-like call, as vLLM does: it loads on first
     use, reports each request finishing through ``on_progress``, and hands out the
     results only when the call ends."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, clock: FakeClock, **kwargs) -> None:
         super().__init__(**kwargs)
         self.load_seconds: float | None = None
         self.seen: list[str] = []
+        self.clock = clock
+
+    def _spend(self, seconds: float) -> None:
+        self.clock.now += seconds
 
     def run(self, requests):
-        import time
-
         if self.load_seconds is None:
-            time.sleep(0.5)
+            self._spend(0.5)
             self.load_seconds = 0.5
         for _ in requests:
-            time.sleep(0.02)
+            self._spend(0.02)
             if self.on_progress is not None:
                 self.on_progress(1, 10)
         self.seen.append("results")
@@ -316,7 +328,9 @@ def test_progress_moves_per_finished_request_inside_one_call(
     from context_effects.llm import runner
 
     monkeypatch.setattr(runner, "PROGRESS_LOG_INTERVAL_S", 0.0)
-    backend = OneCallBackend(fail=lambda r: r.messages[-1][1].endswith("3"))
+    clock = FakeClock()
+    monkeypatch.setattr(runner, "time", clock)
+    backend = OneCallBackend(clock=clock, fail=lambda r: r.messages[-1][1].endswith("3"))
     caplog.set_level("INFO", logger="context_effects.llm.runner")
     run_requests(make_requests(4), backend, store, batch_size=8, progress=True)
     lines = [r.getMessage() for r in caplog.records if "requests answered" in r.getMessage()]
@@ -325,10 +339,10 @@ def test_progress_moves_per_finished_request_inside_one_call(
     assert "ETA" in lines[0] and "ETA" not in lines[-1]
     final = lines[-1]
     assert "4/4" in final and "1 failed so far" in final, final
-    # tok/s over the time spent answering: the 0.5 s load is not in it (40 tokens in
-    # about 0.1 s, where counting the load would give under 70 tok/s).
+    # tok/s over the time spent answering: the 0.5 s load is not in it. 40 tokens in
+    # 4 x 0.02 s is 500 tok/s; counting the load would give 40 / 0.58 = 69 tok/s.
     rate = float(final.split(", ")[1].split(" ")[0])
-    assert rate > 150, final
+    assert rate == pytest.approx(500.0, abs=0.1), final
     assert backend.on_progress is None  # the runner's hook does not outlive the batch
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import email.utils
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -240,6 +241,10 @@ def test_429s_lower_the_concurrency_once_per_burst() -> None:
     assert max_seen <= 8
 
 
+# The one stamp format of every record (context_effects.utc), failures included.
+UTC_STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z"
+
+
 def test_non_retriable_400_fails_fast() -> None:
     with server(faults={0: "400"}) as srv:
         t0 = time.monotonic()
@@ -248,6 +253,7 @@ def test_non_retriable_400_fails_fast() -> None:
         assert len(srv.generation_calls()) == 1
     assert not result.ok
     assert "HTTP 400" in result.error and "not retried" in result.error
+    assert re.fullmatch(UTC_STAMP, result.timestamp), result.timestamp
     assert elapsed < 2.0
 
 
@@ -340,7 +346,7 @@ def test_chat_request_mapping_logprobs_and_probe_probs() -> None:
     assert result.engine_version.startswith("openai 3.")
     assert "system_fingerprint=fp_fake" in result.notes
     assert result.latency_s is not None and result.latency_s > 0
-    assert result.timestamp.endswith("+00:00")
+    assert re.fullmatch(UTC_STAMP, result.timestamp), result.timestamp
     assert result.backend == "openai"
     assert result.cost_usd == pytest.approx((result.tokens_in * 1.0 + result.tokens_out * 2.0) / 1e6)
 

@@ -348,6 +348,112 @@ def test_progress_moves_per_finished_request_inside_one_call(
 
 # --------------------------------------------------------------------------- kill -9 resume
 
+KILL_AT_SCRIPT = textwrap.dedent("""
+    import os, signal, sys
+    sys.path[:0] = [{src!r}, {tests!r}]
+    from pathlib import Path
+    from test_llm_runner import StreamingBackend, make_requests
+    from context_effects.llm import shards
+    from context_effects.llm.ledger import AttemptLog
+    from context_effects.llm.runner import AnswerJournal
+    from context_effects.llm.store import ResponseStore
+
+    work, point = Path(sys.argv[1]), sys.argv[2]
+    seen = {{}}
+
+    def die_after(owner, name, when):
+        # Run the real method, then SIGKILL (no finally blocks, no flushes) the n-th time `when` holds.
+        real = getattr(owner, name)
+        def wrapped(*args, **kwargs):
+            out = real(*args, **kwargs)
+            if when(*args, **kwargs):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return out
+        setattr(owner, name, wrapped)
+
+    def nth(key, n):
+        def when(*args, **kwargs):
+            seen[key] = seen.get(key, 0) + 1
+            return seen[key] == n
+        return when
+
+    # The second group write (answers 5-8), step by step: journal mark, attempts-log
+    # line, segment, journal emptied; or between two writes; or inside the next
+    # attempt's credit for the killed one.
+    kill = {{
+        "mark": (AnswerJournal, "mark", lambda self, attempt, calls: calls == 8),
+        "log": (AttemptLog, "append", lambda self, ledger, **kw: ledger.calls == 8),
+        "segment": (ResponseStore, "put_batch", nth("put", 2)),
+        "emptied": (AnswerJournal, "clear", nth("clear", 2)),
+        "answer": (AnswerJournal, "append", nth("answer", 10)),
+        "credit-mark": (AnswerJournal, "mark", lambda self, attempt, calls: attempt != "" and calls > 8),
+        "credit-log": (AttemptLog, "append", lambda self, ledger, **kw: kw.get("at") is not None),
+    }}
+    if point != "none":
+        die_after(*kill[point])
+
+    class Logged(StreamingBackend):
+        def stream(self, requests, *, heartbeat_s=None):
+            for res in super().stream(requests, heartbeat_s=heartbeat_s):
+                if res is not None:
+                    with open(work / "calls.log", "a") as fh:
+                        fh.write(res.key + "\\n")
+                yield res
+
+    shards.answer_shard(
+        work / "requests.parquet", work / "responses.parquet", work / "ledger.json", Logged(),
+        ResponseStore(work / "store"), progress=False, attempts_log=work / ".attempts" / "shard.jsonl",
+        flush_every=4, flush_interval_s=600.0, handle_signals=False,
+    )
+    """)
+
+N_KILL_AT = 12
+
+
+def _run_kill_at(script: Path, work: Path, point: str) -> int:
+    done = subprocess.run([sys.executable, str(script), str(work), point], capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, -signal.SIGKILL), done.stderr
+    return done.returncode
+
+
+@pytest.mark.parametrize("point", ["mark", "log", "segment", "emptied", "answer"])
+def test_a_kill_at_any_step_of_a_group_write_is_counted_once(tmp_path: Path, point: str) -> None:
+    """The killed attempt is charged exactly the answers it received, whichever step of
+    storing them the kill interrupted, and the rerun asks only for the others."""
+    from context_effects.llm.shards import write_request_shard
+
+    script = tmp_path / "job.py"
+    script.write_text(KILL_AT_SCRIPT.format(src=str(SRC), tests=str(Path(__file__).parent)))
+    write_request_shard(tmp_path / "requests.parquet", make_requests(N_KILL_AT))
+    assert _run_kill_at(script, tmp_path, point) == -signal.SIGKILL
+    received = len((tmp_path / "calls.log").read_text().splitlines())
+    assert _run_kill_at(script, tmp_path, "none") == 0
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert len(calls) == len(set(calls)) == N_KILL_AT, "no request is asked twice"
+    ledger = Ledger.load(tmp_path / "ledger.json")
+    assert [a["calls"] for a in ledger.attempts] == [received, N_KILL_AT - received], ledger.attempts
+    assert ledger.calls == N_KILL_AT
+    assert len(ResponseStore(tmp_path / "store")) == N_KILL_AT
+
+
+@pytest.mark.parametrize("point", ["credit-mark", "credit-log"])
+def test_a_kill_while_crediting_a_killed_attempt_does_not_credit_it_twice(tmp_path: Path, point: str) -> None:
+    from context_effects.llm.shards import write_request_shard
+
+    script = tmp_path / "job.py"
+    script.write_text(KILL_AT_SCRIPT.format(src=str(SRC), tests=str(Path(__file__).parent)))
+    write_request_shard(tmp_path / "requests.parquet", make_requests(N_KILL_AT))
+    assert _run_kill_at(script, tmp_path, "answer") == -signal.SIGKILL  # 8 stored, 2 journaled after the mark
+    assert _run_kill_at(script, tmp_path, point) == -signal.SIGKILL  # dies before asking anything
+    assert len((tmp_path / "calls.log").read_text().splitlines()) == 10
+    assert _run_kill_at(script, tmp_path, "none") == 0
+    ledger = Ledger.load(tmp_path / "ledger.json")
+    # The attempt killed while crediting never logged a line of its own: it paid nothing.
+    assert [a["calls"] for a in ledger.attempts] == [10, 2], ledger.attempts
+    assert ledger.calls == N_KILL_AT
+    assert "last checkpoint" in ledger.attempts[0]["outcome"]
+
+
 KILL_SCRIPT = textwrap.dedent("""
     import os, signal, sys
     sys.path[:0] = [{src!r}, {tests!r}]

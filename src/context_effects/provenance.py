@@ -6,10 +6,11 @@ import json
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from context_effects.utc import utc_now_iso
 
 # Packages whose versions can change a number in the paper (seed 002 Table 8 lists
 # the same set); read from the installed environment, never typed by hand.
@@ -79,7 +80,7 @@ def write_manifest(path: str | Path, config: dict[str, Any]) -> dict[str, Any]:
         "label": config.get("run", {}).get("label"),
         "kind": config.get("run", {}).get("kind"),
         "note": run_note(config),
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": utc_now_iso(),
         "git_commit": git_commit(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -19,9 +19,10 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from context_effects.utc import utc_now_iso
 
 LEDGER_VERSION = 1
 
@@ -54,10 +55,6 @@ _ATTEMPT_COUNTERS = (
 #: The outcome an attempt records at its checkpoints while it runs; an attempt
 #: whose last record still says so was killed (SIGKILL, node failure, out of memory).
 RUNNING = "running"
-
-
-def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -163,7 +160,7 @@ class Ledger:
                 ended = f"killed: no end recorded (last checkpoint {rec.get('at', '?')})"
             entries.append(_attempt_entry(rec, ended))
         entries.append(
-            _attempt_entry({**self.to_dict(), "attempt": attempt, "started": started, "at": _utc_now()}, outcome)
+            _attempt_entry({**self.to_dict(), "attempt": attempt, "started": started, "at": utc_now_iso()}, outcome)
         )
         total.attempts = entries
         # One runner invocation per attempt, also for one killed before it began.
@@ -219,9 +216,13 @@ class AttemptLog:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
-    def append(self, ledger: Ledger, *, attempt: str, outcome: str = RUNNING, started: str = "") -> None:
+    def append(
+        self, ledger: Ledger, *, attempt: str, outcome: str = RUNNING, started: str = "", at: str | None = None
+    ) -> None:
+        """``at``: when the counts were taken (now, unless a later attempt corrects an
+        earlier one's record)."""
         record = {k: v for k, v in ledger.to_dict().items() if k != "attempts"}
-        record.update(attempt=attempt, started=started, at=_utc_now(), outcome=outcome)
+        record.update(attempt=attempt, started=started, at=at or utc_now_iso(), outcome=outcome)
         line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -40,8 +40,9 @@ from context_effects.llm.ledger import Ledger
 from context_effects.llm.pricing import estimate_cost
 from context_effects.llm.replies import ReplyPolicy, accept_any, no_answer_reason
 from context_effects.llm.secrets import redact
-from context_effects.llm.store import ResponseStore, request_from_json, result_to_row, row_to_result, utc_now_iso
+from context_effects.llm.store import ResponseStore, request_from_json, result_to_row, row_to_result
 from context_effects.llm.types import LLMRequest, LLMResult
+from context_effects.utc import utc_now_iso
 
 log = logging.getLogger(__name__)
 
@@ -108,20 +109,43 @@ class AnswerJournal:
             os.close(self._fd)
             self._fd = None
 
-    def pending(self) -> int:
-        """Answers journaled and not yet written to a segment (a line cut short not counted)."""
+    def mark(self, attempt: str, calls: int) -> None:
+        """Note that ``attempt``'s ledger counts ``calls`` paid calls from here on.
+
+        Written just before each line of the attempts log, so the journal itself says
+        which of its answers a checkpoint already counted (see :meth:`uncounted`).
+        """
+        line = json.dumps({"checkpoint": attempt, "calls": int(calls)}, sort_keys=True) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def uncounted(self) -> tuple[str | None, int, int]:
+        """(the attempt of the last mark or ``None``, the calls that mark counted, the
+        answers journaled after it). A line cut short by a kill is not counted.
+
+        The journal is emptied only after a segment write, and a checkpoint marks it
+        before it logs, so an answer after the last mark is one no checkpoint counted,
+        whichever step of a write the kill interrupted; an answer before it is counted.
+        """
         try:
             lines = self.path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return 0
-        n = 0
+            return None, 0, 0
+        attempt, calls, after = None, 0, 0
         for line in lines:
             try:
-                json.loads(line)
+                row = json.loads(line)
             except ValueError:
                 continue
-            n += 1
-        return n
+            if isinstance(row, dict) and "checkpoint" in row:
+                attempt, calls, after = str(row["checkpoint"]), int(row.get("calls") or 0), 0
+            else:
+                after += 1
+        return attempt, calls, after
 
     def recover(self, store: ResponseStore) -> int:
         """Store the answers a killed attempt journaled but never wrote; return how many.
@@ -137,6 +161,7 @@ class AnswerJournal:
         for line in lines:
             try:
                 row = json.loads(line)
+                # A checkpoint mark has no request: skipped like a line cut short.
                 req = request_from_json(row["request_json"])
                 res = row_to_result(row)
             except (ValueError, KeyError, TypeError):
@@ -534,16 +559,7 @@ def run_requests(
                 for req in batch:
                     if req.key in got:
                         continue
-                    res = LLMResult(
-                        key=req.key,
-                        text=None,
-                        finish_reason=None,
-                        attempt=req.attempt,
-                        backend=backend.name,
-                        engine_version=engine,
-                        timestamp=utc_now_iso(),
-                        error=NO_RESULT,
-                    )
+                    res = LLMResult.failure(req, NO_RESULT, backend=backend.name, engine_version=engine)
                     led.failures += 1
                     led.count_reason("failure", "no_result")
                     for item in misses[req.key]:

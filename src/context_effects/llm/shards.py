@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 from context_effects.llm.ledger import RUNNING, AttemptLog, Ledger
 from context_effects.llm.replies import resolve_policy
 from context_effects.llm.runner import AnswerJournal, FLUSH_EVERY, FLUSH_INTERVAL_S, StopRequested, invalid_reason, run_requests
-from context_effects.llm.store import ResponseStore, request_from_json, request_json, result_to_row, utc_now_iso
+from context_effects.llm.store import ResponseStore, request_from_json, request_json, result_to_row
 from context_effects.llm.types import LLMRequest
+from context_effects.utc import utc_now_iso
 
 META_KEY = b"context_effects.shard"
 
@@ -272,18 +273,14 @@ def answer_shard(
     requests, policy = read_request_shard(requests_path)
     reply_policy = resolve_policy(policy["reply_policy"], policy["policy_params"])
     log = AttemptLog(attempts_log if attempts_log is not None else default_attempts_log(ledger_path))
-    previous = log.previous()
-    # A killed attempt checkpointed its ledger before each store write; the answers it
-    # received after the last one are in its journal (recovered into the store by the
-    # runner), so they are calls it paid for that its last checkpoint does not count.
-    unlogged = AnswerJournal(answer_journal_path(log.path)).pending()
-    if unlogged and previous and previous[-1].get("outcome") == RUNNING:
-        previous[-1]["calls"] = int(previous[-1].get("calls") or 0) + unlogged
+    journal = AnswerJournal(answer_journal_path(log.path))
+    previous = _credit_journaled_calls(log, journal, store)
     started = utc_now_iso()
     attempt = f"{started}-{socket.gethostname()}-{os.getpid()}"
     ledger = Ledger(job=str(requests_path), backend=backend.name)
 
     def record(outcome: str) -> None:
+        journal.mark(attempt, ledger.calls)  # before the log line: see _credit_journaled_calls
         log.append(ledger, attempt=attempt, outcome=outcome, started=started)
 
     # Recorded before the first call, so an attempt killed before its first
@@ -342,4 +339,40 @@ def answer_shard(
     final.save(ledger_path)
     # Folded into the ledger just written: a later (forced) rerun starts a fresh account.
     log.clear()
+    journal.path.unlink(missing_ok=True)  # only marks are left in it: every answer is stored
     return final
+
+
+def _credit_journaled_calls(log: AttemptLog, journal: AnswerJournal, store: ResponseStore) -> list[dict[str, Any]]:
+    """The earlier attempts' last records, a killed attempt's calls after its last
+    checkpoint counted in; the journaled answers are moved into the store.
+
+    Each attempt-log line is preceded by a journal mark with the same count, and the
+    journal is emptied only after a segment write. So the attempt named by the last
+    mark paid max(its last log line, the mark) plus the answers journaled after the
+    mark, wherever in a write the kill fell (with no mark: the last attempt, if it
+    was killed, plus every answer journaled). The corrected count is marked, then
+    logged, and only then is the journal emptied into the store: killed anywhere in
+    here, the next attempt computes the same count again, not a second credit.
+    """
+    previous = log.previous()
+    marked, counted, after = journal.uncounted()
+    if marked is not None:
+        target = next((rec for rec in reversed(previous) if rec.get("attempt") == marked), None)
+    else:
+        target = previous[-1] if previous and previous[-1].get("outcome") == RUNNING else None
+    if target is not None:
+        logged = int(target.get("calls") or 0)
+        calls = max(logged, counted) + after
+        if calls != logged:
+            target["calls"] = calls
+            journal.mark(target["attempt"], calls)
+            log.append(
+                Ledger.from_dict(target),
+                attempt=target["attempt"],
+                outcome=target.get("outcome") or RUNNING,
+                started=target.get("started", ""),
+                at=target.get("at"),
+            )
+    journal.recover(store)
+    return previous

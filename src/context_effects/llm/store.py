@@ -63,6 +63,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling
+from context_effects.utc import utc_now_iso
 
 STORE_FORMAT = "1"
 
@@ -183,10 +184,6 @@ class _Damaged(Exception):
 
 class _Moved(Exception):
     """Internal: a segment was found damaged while reading and moved aside; rescan and retry."""
-
-
-def utc_now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _utc_stamp() -> str:

@@ -14,6 +14,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from context_effects.utc import utc_now_iso
+
 Role = Literal["system", "user", "assistant"]
 
 # Bump when the canonical form below changes: old keys then stop matching
@@ -120,3 +122,22 @@ class LLMResult:
     @property
     def ok(self) -> bool:
         return self.error is None and self.text is not None
+
+    @classmethod
+    def failure(
+        cls, request: LLMRequest, error: str, *, backend: str, engine_version: str, notes: str = ""
+    ) -> LLMResult:
+        """A request that got no answer this attempt: no text, why in ``error``, stamped now.
+        The one builder every backend and the runner use, so a failed row reads the same
+        whichever engine wrote it."""
+        return cls(
+            key=request.key,
+            text=None,
+            finish_reason=None,
+            attempt=request.attempt,
+            backend=backend,
+            engine_version=engine_version,
+            timestamp=utc_now_iso(),
+            notes=notes,
+            error=error,
+        )

@@ -21,7 +21,6 @@ import tempfile
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,14 +30,11 @@ from context_effects.llm.concurrency import AdaptiveLimiter, AIMDController
 from context_effects.llm.retry import RetryPolicy, SDKErrors, call_with_retries
 from context_effects.llm.secrets import read_api_key
 from context_effects.llm.types import LLMRequest, LLMResult
+from context_effects.utc import utc_now_iso
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 class _Withheld(Exception):
@@ -211,7 +207,7 @@ class HostedAPIBackend(Backend):
             attempt=request.attempt,
             backend=self.name,
             engine_version=self.engine_version(),
-            timestamp=utc_now(),
+            timestamp=utc_now_iso(),
         )
         base.update(fields)
         if base.get("notes"):
@@ -221,7 +217,11 @@ class HostedAPIBackend(Backend):
         return LLMResult(**base)
 
     def _failed(self, request: LLMRequest, error: str, notes: str = "") -> LLMResult:
-        return self._result(request, error=error, notes=notes)
+        # Provider error texts can echo a key back: scrubbed like every result field.
+        return LLMResult.failure(
+            request, self._scrub(error), backend=self.name, engine_version=self.engine_version(),
+            notes=self._scrub(notes) if notes else "",
+        )
 
     def _cost(self, model_id: str, tokens_in: int | None, tokens_out: int | None, batch: bool) -> float | None:
         price = self.prices.get(model_id)
@@ -425,7 +425,7 @@ class HostedAPIBackend(Backend):
                 if self._stop_requested:
                     return
                 state = await self._batch_submit(ctx, client, requests, digest)
-                state.update(provider=self.name, keys_sha256=digest, n_requests=len(requests), submitted_at=utc_now())
+                state.update(provider=self.name, keys_sha256=digest, n_requests=len(requests), submitted_at=utc_now_iso())
                 # Persisted before the first poll: from here on a crash costs a poll, not a resubmission.
                 self._write_state(path, state)
                 log.info(

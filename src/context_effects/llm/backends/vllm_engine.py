@@ -54,7 +54,7 @@ from typing import Any
 
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.backends.openai_api import render_prompt
-from context_effects.llm.store import utc_now_iso
+from context_effects.utc import utc_now_iso
 from context_effects.llm.types import LLMRequest, LLMResult, Role
 
 log = logging.getLogger(__name__)
@@ -498,17 +498,7 @@ class VLLMBackend(Backend):
         engine = self.engine_version()
 
         def failed(req: LLMRequest, error: str, notes: Sequence[str] = ()) -> LLMResult:
-            return LLMResult(
-                key=req.key,
-                text=None,
-                finish_reason=None,
-                attempt=req.attempt,
-                backend=self.name,
-                engine_version=engine,
-                timestamp=utc_now_iso(),
-                notes="; ".join(notes),
-                error=error,
-            )
+            return LLMResult.failure(req, error, backend=self.name, engine_version=engine, notes="; ".join(notes))
 
         # Plan every request: prompt, sampling params, and which batched call carries it.
         # Calls are keyed (mode, kind): kind "topk" (top-k or no logprobs) or "ids"

@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(ENGINE)
 CORES ?= 2
 
-.PHONY: install demo test lint format clean-demo slurm-profile
+.PHONY: install demo test lint format slurm-profile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,8 +66,13 @@ lint: $(STAMP)
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 
+# TEST_WORKERS pytest processes (pytest-xdist). Tests that share an expensive set-up
+# (the synthetic run, a loaded engine, a module's fitted model) stay on one worker
+# (tests/conftest.py, xdist_units); the longest units start first.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 format: $(STAMP)
 	$(BIN)/snakefmt Snakefile workflow/rules

@@ -65,10 +65,10 @@ dag.log_model_profiles(config)
 rule all:
     default_target: True
     input:
-        dag.study_outputs(config),
-        dag.paper_targets(config),
+        targets.study_outputs(config),
+        targets.paper_targets(config),
 
 
 # `resources:` may name only rules of this workflow (a typo would be ignored); the
 # rule names are known only now, after every rule file is included.
-config_checks.check_resource_names(config, [r.name for r in workflow.rules])
+check_resource_names(config, [r.name for r in workflow.rules])

@@ -107,7 +107,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", help="run files of bench/measurement_speed.py --json")
     ap.add_argument("--predict-ratings", type=int, default=None, help="predict one paper-length chain at N ratings")
-    ap.add_argument("--markdown", action="store_true", help="print the curve as a Markdown table (for the README)")
+    ap.add_argument("--markdown", action="store_true", help="print the curve as a Markdown table (for docs/benchmarks.md)")
     args = ap.parse_args()
     rows = sorted(curve_rows(load_runs(args.runs)), key=lambda r: (r["variant"] != "a", r["variant"], r["items"]))
     if args.markdown:

@@ -61,7 +61,7 @@ def main() -> None:
     from context_effects.llm.backends.vllm_engine import VLLMBackend
     from context_effects.llm.ledger import Ledger
     from context_effects.llm.runner import run_requests
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
     from context_effects.llm.types import LLMRequest, ModelRef, Sampling
     from context_effects.models import convert_gguf_package
 

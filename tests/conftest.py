@@ -7,12 +7,23 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # The workers of `make test` share the cores: each worker's native thread pools, and
+    # those of the jobs it starts, get its share, set before numpy, torch or JAX load.
+    from context_effects.jobs import bound_threads
+
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    bound_threads(_share)
+    if _share == 1:
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 
 @pytest.fixture(scope="session")
@@ -44,14 +55,39 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def worker_threads() -> int:
+    """Threads one test may give an engine: the machine's cores shared among the xdist
+    workers. torch and XLA threads spin while they wait, so two workers that each ask
+    for every core run many times slower than one."""
+    return max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where converted test models live: reused across sessions when the repo has resources/models/."""
+    """Where converted test models live: reused across sessions when the repo has
+    resources/models/, and shared by the session's xdist workers (``converted_model``
+    takes a lock), so each model is converted once."""
     override = os.environ.get("CONTEXT_EFFECTS_TEST_MODEL_CACHE")
     if override:
         return Path(override)
     if (REPO / "resources" / "models").is_dir():
         return REPO / "resources" / "models" / "_pytest"
-    return tmp_path_factory.getbasetemp() / "models"
+    base = tmp_path_factory.getbasetemp()
+    # Under xdist each worker's basetemp is a folder of the session's.
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "models"
+
+
+def converted_model(package: str, name: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The packaged GGUF model ``package`` converted into the test model cache, one
+    conversion at a time: a second worker waits for the first one's and then finds it done."""
+    import fcntl
+
+    from context_effects.models import convert_gguf_package
+
+    cache = model_cache(tmp_path_factory)
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return convert_gguf_package(package, cache / name)
 
 
 def edit_definition(path: Path, name: str, assignment: str = "{name} = {name}") -> None:
@@ -71,3 +107,187 @@ def edit_definition(path: Path, name: str, assignment: str = "{name} = {name}") 
     else:
         raise AssertionError(f"{path} has no top-level {name}")
     path.write_text("\n".join(lines) + "\n")
+
+
+# ------------------------------------------------------------------ one synthetic run per session
+
+#: The unit of every test that reads the shared synthetic run: they run on one worker, so
+#: the run is made once per session.
+SYNTHETIC_RUN_GROUP = "synthetic-run"
+
+
+def copy_repo(dest: Path) -> Path:
+    """A copy of what a run reads from the repository (Snakefile, rules, scripts, library,
+    paper sources, configs, docs, envs), with the demo items linked, for tests that edit
+    sources and watch what reruns without touching the repository itself."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.pdf")
+    for name in ("src", "workflow", "paper", "config", "docs", "envs"):
+        shutil.copytree(REPO / name, dest / name, ignore=ignore)
+    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
+    (dest / "data").symlink_to(REPO / "data")
+    return dest
+
+
+#: The shared run's fits: it tests that every rule, table, figure and the paper are built,
+#: not what the fits recover (tests/test_measurement_rules.py and tests/test_measurement.py
+#: do), so its chains are short and one core each, two fits at a time.
+SYNTHETIC_RUN_FIT = {"warmup": 60, "samples": 60, "chain_method": "sequential"}
+
+
+@dataclass(frozen=True)
+class SyntheticRun:
+    """A finished run of ``config/synthetic.yaml`` (with ``SYNTHETIC_RUN_FIT``) through
+    ``paper/paper.pdf`` in a copy of the repository: ``repo`` is both the Snakefile's
+    folder and the working directory."""
+
+    repo: Path
+    config: Path
+
+    def snakemake(self, *args: str, env: dict | None = None, timeout: float = 600):
+        """Snakemake on this run, as it was made (its own Snakefile and config, no profile)."""
+        return run_snakemake("--snakefile", str(self.repo / "Snakefile"), "--directory", str(self.repo),
+                             f"--configfile={self.config}", "--workflow-profile", "none", *args, cwd=self.repo,
+                             env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> SyntheticRun:
+    """The whole synthetic DAG (every study, every table and figure, the paper PDF), made
+    once per session: the paper, report and rerun tests read it and never write to it
+    (a rerun test edits a source for the length of a dry run and puts it back)."""
+    import yaml
+
+    repo = copy_repo(tmp_path_factory.mktemp("synthetic-run") / "repo")
+    cfg = yaml.safe_load((repo / "config" / "synthetic.yaml").read_text())
+    cfg["conformity"]["fit"].update(SYNTHETIC_RUN_FIT)
+    config = repo / "config" / "synthetic-tests.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    run = SyntheticRun(repo, config)
+    res = run.snakemake("--cores", "2", "paper/paper.pdf", timeout=3600)
+    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-10000:]
+    return run
+
+
+# ------------------------------------------------------------------ how tests share workers
+
+class _Groups:
+    """Union-find over test ids."""
+
+    def __init__(self):
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def xdist_units(items) -> dict[str, str]:
+    """The unit of work of each test under ``make test`` (``pytest -n N --dist loadscope``).
+
+    Tests that share an expensive set-up must run on one worker, or each worker pays for
+    it: a class-, module- or session-scoped fixture defined in a test module (a loaded
+    engine, a fitted model), the shared synthetic run. Every other test is a unit of its own,
+    so a module of slow, independent tests (the measurement model's fits) spreads over the
+    workers. Returns nodeid -> unit name."""
+    groups = _Groups()
+    for item in items:
+        groups.find(item.nodeid)
+        info = getattr(item, "_fixtureinfo", None)
+        for name, defs in (info.name2fixturedefs.items() if info else ()):
+            fixturedef = defs[-1]
+            defined_in = Path(fixturedef.func.__code__.co_filename).stem
+            if name == "synthetic_run":
+                groups.union(item.nodeid, "@" + SYNTHETIC_RUN_GROUP)
+            elif (fixturedef.scope in ("class", "module", "package", "session") and defined_in.startswith("test_")
+                  and name not in PER_WORKER_FIXTURES):
+                groups.union(item.nodeid, f"@{defined_in}::{name}")
+    units = {}
+    for item in items:
+        root = groups.find(item.nodeid)
+        units[item.nodeid] = root.lstrip("@")
+    return units
+
+
+#: Module-scoped fixtures cheap enough for each worker to make its own (a scratch folder):
+#: sharing one would pin every test that uses it to one worker.
+PER_WORKER_FIXTURES = frozenset({"jax_cache"})
+
+#: Units (or the test modules they come from) that take minutes, longest first: started
+#: first, so that the many short units fill the other worker meanwhile.
+LONG_UNITS = (SYNTHETIC_RUN_GROUP, "test_vllm_backend", "test_measurement", "test_openai_compatible_vllm",
+              "test_slurm_profile", "test_llm_rules", "test_measurement_rules")
+#: Where the workers leave the unit of each test for the controller's scheduler (which
+#: sees test ids only). Set by the controller, inherited by the workers it starts.
+UNITS_FILE_ENV = "CONTEXT_EFFECTS_PYTEST_UNITS"
+
+
+def _rank(unit: str, module: str) -> int:
+    for i, name in enumerate(LONG_UNITS):
+        if unit.startswith(name) or module == name:
+            return i
+    return len(LONG_UNITS)
+
+
+def _scheduling_units(config) -> bool:
+    """Whether this session hands out units (``make test``: ``-n 2 --dist loadscope``).
+    xdist's workers see `dist` reset to "no" and the controller's choice in the env."""
+    return getattr(config.option, "dist", "no") == "loadscope" or bool(
+        os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(UNITS_FILE_ENV))
+
+
+def pytest_configure(config):
+    if getattr(config.option, "dist", "no") == "loadscope" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="pytest-units-", suffix=".json")
+        os.close(fd)
+        os.environ[UNITS_FILE_ENV] = path
+
+
+def pytest_unconfigure(config):
+    path = os.environ.get(UNITS_FILE_ENV)
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        Path(path).unlink(missing_ok=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """On an xdist worker of ``make test``: put the long units first (every worker collects
+    the same order, which the scheduler keeps) and write each test's unit (``xdist_units``)
+    for the controller. A plain ``pytest`` run is untouched."""
+    if not (os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(UNITS_FILE_ENV)):
+        return
+    import json
+
+    units = xdist_units(items)
+    items.sort(key=lambda item: _rank(units[item.nodeid], item.path.stem))
+    path = Path(os.environ[UNITS_FILE_ENV])
+    scratch = path.with_name(f"{path.name}.{os.environ['PYTEST_XDIST_WORKER']}")
+    scratch.write_text(json.dumps(units))
+    os.replace(scratch, path)  # every worker writes the same map; a reader never sees half of one
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler with our units as scopes. (xdist's own `loadgroup` marks
+    a test's group by rewriting its id, which pytest 9 no longer lets a plugin do.)"""
+    if getattr(config.option, "dist", "no") != "loadscope":
+        return None
+    import json
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        _units: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._units is None:
+                self._units = json.loads(Path(os.environ[UNITS_FILE_ENV]).read_text() or "{}")
+            return self._units.get(nodeid) or super()._split_scope(nodeid)
+
+    return UnitScheduling(config, log)

@@ -38,7 +38,7 @@ from context_effects.amel.synthetic import amel_expected_bias_score, amel_p_yes
 from context_effects.llm.backends.synthetic import planted_effects
 from context_effects.llm.factory import make_backend
 from context_effects.llm.shards import answer_shard
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 
 SIM = {"backend": "synthetic", "model_id": "qwen-sim"}
 

@@ -10,7 +10,9 @@ import pytest
 
 from conftest import REPO
 from context_effects.amel import dag as amel_dag
+from context_effects.amel import outputs as amel_outputs
 from context_effects.anchoring import dag as anchoring_dag
+from context_effects.anchoring import outputs as anchoring_outputs
 from context_effects.config import load_config, validate_config
 from context_effects.outputs import FigureSpec, TableSpec, registry
 
@@ -74,12 +76,12 @@ def test_amel_rule_settings_are_exactly_what_each_job_reads(demo):
 
 
 def test_amel_targets_are_the_registry_files(demo):
-    files = amel_dag.targets(demo)
+    files = amel_outputs.targets(demo)
     assert files == [f"results/tables/amel/{n}.{e}" for n in AMEL_NAMES for e in ("csv", "tex")] + [
         f"figures/amel/{n}.{e}" for n in AMEL_NAMES for e in ("pdf", "png")
     ]
-    assert amel_dag.targets(changed(demo, "amel", "enabled", False)) == []
-    assert amel_dag.targets(changed(demo, "amel", "models", [])) == []
+    assert amel_outputs.targets(changed(demo, "amel", "enabled", False)) == []
+    assert amel_outputs.targets(changed(demo, "amel", "models", [])) == []
 
 
 def test_amel_registry_inputs_and_settings(demo):
@@ -128,13 +130,13 @@ def test_anchoring_paths_inputs_and_settings(demo):
 
 def test_anchoring_targets_and_registry(demo):
     tables = ["pull", "conditions", "checks"]
-    assert anchoring_dag.targets(demo) == (
+    assert anchoring_outputs.targets(demo) == (
         ["results/anchoring/runs/smollm2-135m.json"]
         + [f"results/tables/anchoring/{n}.{e}" for n in tables for e in ("csv", "tex")]
         + [f"figures/anchoring/pull_distribution.{e}" for e in ("pdf", "png")]
     )
-    assert anchoring_dag.targets(changed(demo, "anchoring", "enabled", False)) == []
-    assert anchoring_dag.targets(changed(demo, "anchoring", "judges", [])) == []
+    assert anchoring_outputs.targets(changed(demo, "anchoring", "enabled", False)) == []
+    assert anchoring_outputs.targets(changed(demo, "anchoring", "judges", [])) == []
     reg = registry("anchoring")
     assert reg.names(TableSpec, "report") == tables and reg.names(FigureSpec, "report") == ["pull_distribution"]
     for entry in [*(reg.table(n) for n in tables), reg.figure("pull_distribution")]:

@@ -40,7 +40,7 @@ from context_effects.config import load_config, validate_config
 from context_effects.datasets import build_item_table, write_items
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.shards import answer_shard, read_request_shard, write_request_shard
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import LLMRequest, LLMResult
 
 SETTINGS = {"temperature": 0.0, "top_p": 1.0, "max_tokens": 16, "repetitions": 2, "max_attempts": 2, "seed": 7}

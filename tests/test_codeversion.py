@@ -94,11 +94,11 @@ ALL = set(SCRIPTS) | {"/".join(e) for e in ENTRIES}
         ("measurement/fit.py", "fit_nuts", {"fit_model.py"}),
         # How a request is serialised: the jobs that write request shards and the store's
         # export (a method of the store class uses it), not the jobs that read answers.
-        ("llm/store.py", "request_json",
+        ("llm/store/rows.py", "request_json",
          {"conformity_requests.py", "conformity_judge_requests.py", "amel_requests.py", "anchoring_requests.py",
           "export_store.py"}),
         # How the store seals a file: of the jobs compared, the export only.
-        ("llm/store.py", "_write_sealed", {"export_store.py"}),
+        ("llm/store/segments.py", "write_sealed", {"export_store.py"}),
         # The logging every job script sets up: every job.
         ("jobs.py", "setup_job_logging", ALL),
     ],

@@ -185,6 +185,19 @@ def test_strict_loader_rejects_ambiguous_plain_scalars(tmp_path, line, expected)
     assert "quote it" in msg, msg
 
 
+def test_strict_loader_sees_a_date_after_a_library_patched_pyyaml(tmp_path, monkeypatch):
+    """lm-format-enforcer (loaded with vLLM's structured output) makes every SafeLoader in
+    the process read timestamps as text; the strict loader still reads them as YAML 1.1 does."""
+    import yaml
+
+    monkeypatch.setitem(yaml.SafeLoader.yaml_constructors, "tag:yaml.org,2002:timestamp",
+                        yaml.SafeLoader.yaml_constructors["tag:yaml.org,2002:str"])
+    assert yaml.safe_load("d: 2026-01-01") == {"d": "2026-01-01"}  # the patch is in place
+    path = _write(tmp_path, "# header\nrun:\n  label: 2026-01-01\n")
+    with pytest.raises(ConfigError, match="`2026-01-01` is a date in YAML 1.1"):
+        load_config(path)
+
+
 def test_strict_loader_rejects_duplicate_keys(tmp_path):
     path = _write(tmp_path, "run:\n  label: a\nsampling:\n  seed: 1\n  seed: 2\nrun:\n  kind: demo\n")
     with pytest.raises(ConfigError) as err:
@@ -281,7 +294,7 @@ def test_amel_history_longer_than_the_domain_is_reported(caplog):
 
 
 def test_resource_override_for_an_unknown_rule_fails():
-    from context_effects.config_checks import check_resource_names
+    from context_effects.config import check_resource_names
 
     cfg = validate_config({**_validated_demo(), "resources": {"build_itemz": {"runtime": 5}}})
     with pytest.raises(ConfigError) as err:
@@ -293,7 +306,7 @@ def test_resource_override_for_an_unknown_rule_fails():
 
 
 def test_config_files_given_to_snakemake_are_read_strictly(tmp_path):
-    from context_effects.config_checks import check_config_files
+    from context_effects.config import check_config_files
 
     good = _write(tmp_path, "run: {label: x}\n", "good.yaml")
     bad = _write(tmp_path, "run: {label: x}\nrun: {label: y}\n", "bad.yaml")

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from conftest import REPO, run_snakemake
-from context_effects.llm.store import request_from_json
+from context_effects.llm.store.rows import request_from_json
 
 CONFIG = {
     "run": {"label": "synthetic-generation", "kind": "synthetic"},

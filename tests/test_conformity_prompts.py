@@ -325,7 +325,7 @@ def test_decomposition_corpus_never_shares_a_stored_answer_with_the_main_corpus(
     """App. A.2: the decomposition corpus is generated and judged separately, so a request
     byte-identical to a main-corpus one is still its own call in its own store entry."""
     from context_effects.llm.runner import run_requests
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     store = ResponseStore(tmp_path / "store")
     backend = SyntheticBackend(model_name=MODEL, params=MODEL_CFG["synthetic"], seed=0)

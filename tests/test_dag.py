@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, run_snakemake
-from context_effects import dag
+from context_effects import dag, targets
 from context_effects.config import load_config, validate_config
 from context_effects.conformity import dag as conformity_dag
+from context_effects.conformity import outputs as conformity_outputs
 from context_effects.outputs import Built, Registry, TableSpec, registry
 
 
@@ -73,10 +74,10 @@ def test_a_ledger_beside_every_answered_shard(paper, demo):
     from context_effects.amel import dag as amel_dag
 
     for cfg in (paper, demo):
-        ledgers = dag.ledger_files(cfg)
-        assert len(ledgers) == len(set(ledgers)) == len(dag.response_shards(cfg))
+        ledgers = targets.ledger_files(cfg)
+        assert len(ledgers) == len(set(ledgers)) == len(targets.response_shards(cfg))
         assert all(p.startswith("results/ledgers/") and p.endswith(".json") for p in ledgers)
-    assert f"results/ledgers/amel/judge/{amel_dag.models(paper)[0]}/domains.json" in dag.ledger_files(paper)
+    assert f"results/ledgers/amel/judge/{amel_dag.models(paper)[0]}/domains.json" in targets.ledger_files(paper)
 
 
 def test_name_regex_matches_exactly_the_names():
@@ -107,7 +108,7 @@ def test_used_models_follow_enabled_studies(demo):
     off = {**demo, "conformity": {**demo["conformity"], "enabled": False},
            "amel": {**demo["amel"], "enabled": False}, "anchoring": {**demo["anchoring"], "enabled": False}}
     assert dag.used_models(off) == []
-    assert conformity_dag.targets(off) == []
+    assert conformity_outputs.targets(off) == []
 
 
 # ------------------------------------------------------------------ Study C paths
@@ -198,7 +199,7 @@ def test_every_entry_gives_inputs_and_json_settings_on_both_configs(study, paper
 
 
 def test_study_outputs_hold_every_registered_file(paper):
-    out = set(dag.study_outputs(paper))
+    out = set(targets.study_outputs(paper))
     for study in ("conformity", "amel", "anchoring"):
         reg = registry(study)
         assert set(reg.files(paper)) <= out, study
@@ -206,8 +207,8 @@ def test_study_outputs_hold_every_registered_file(paper):
     assert "figures/conformity/rating_distributions.png" in out
     assert "results/figures/conformity/rating_distributions.csv" in out  # the numbers it plots
     assert {"figures/conformity/eta_forest.pdf", "figures/conformity/gamma_forest.png"} <= out
-    assert all(f.startswith("figures/") for f in dag.report_figures(paper))
-    assert all(f.endswith(".csv") for f in dag.report_tables(paper))
+    assert all(f.startswith("figures/") for f in targets.report_figures(paper))
+    assert all(f.endswith(".csv") for f in targets.report_tables(paper))
 
 
 def test_settings_of_a_table_are_only_what_it_uses(paper):
@@ -311,8 +312,8 @@ def test_a_table_added_to_the_registry_alone_is_built(tmp_path):
     assert r"\caption{Items per dataset (truthfulqa first).}" in tex and "3 datasets" in tex
     # And the run's targets (rule all, the run report) include it without any edit to the rule files.
     probe = subprocess.run(
-        [sys.executable, "-c", "from context_effects import dag; from context_effects.config import load_config, "
-         "validate_config; import sys; print('\\n'.join(dag.study_outputs(validate_config(load_config(sys.argv[1])))))",
+        [sys.executable, "-c", "from context_effects import targets; from context_effects.config import load_config, "
+         "validate_config; import sys; print('\\n'.join(targets.study_outputs(validate_config(load_config(sys.argv[1])))))",
          str(REPO / "config" / "demo.yaml")],
         env={**os.environ, "PYTHONPATH": str(copy / "src")}, capture_output=True, text=True,
     )

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from context_effects import dag
+from context_effects import targets
 from context_effects.config import load_config, validate_config
 from context_effects.figures import add_note
 from context_effects.measurement import figures as F
@@ -114,14 +114,14 @@ def test_figure_files_go_to_the_top_level_figures_folder_and_data_stays_in_resul
             for path in figure_outputs(study, fig):
                 folder = "results/figures" if path.endswith(".csv") else "figures"
                 assert path == f"{folder}/{study}/{fig.name}.{path.rsplit('.', 1)[1]}"
-    figures = dag.report_figures(paper)
+    figures = targets.report_figures(paper)
     assert figures and all(f.startswith("figures/") and f.endswith((".pdf", ".png")) for f in figures)
     every = {f for study in ("conformity", "amel", "anchoring") for fig in registry(study).figures()
              for f in figure_outputs(study, fig) if not f.endswith(".csv")}
     assert set(figures) == every  # the run report lists every figure file, nothing else
     for name in ("rating_distributions", "eta_forest", "gamma_forest"):
         assert f"figures/conformity/{name}.pdf" in figures
-        assert f"results/figures/conformity/{name}.csv" in dag.study_outputs(paper)
+        assert f"results/figures/conformity/{name}.csv" in targets.study_outputs(paper)
     assert registry("conformity").figure("eta_forest").stage == "fit"
     assert registry("conformity").figure("gamma_forest").stage == "fit"
 

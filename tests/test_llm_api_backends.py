@@ -736,7 +736,7 @@ def test_shard_with_refusals_and_empty_replies_completes_and_reruns_free(tmp_pat
 
     from context_effects.llm.ledger import Ledger
     from context_effects.llm.shards import answer_shard, write_request_shard
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     texts = ["REFUSE a", "REFUSE b", "EMPTY c", "EMPTY d", "FLAKY e", "Rate f."]
     expected = ["refusal", "refusal", "empty", "empty", None, None]

@@ -23,7 +23,7 @@ from context_effects.llm import capabilities as caps
 from context_effects.llm.backends.openai_api import OpenAIBackend
 from context_effects.llm.factory import model_ref
 from context_effects.llm.shards import answer_shard, write_request_shard
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import LLMRequest, Sampling
 
 KEY = "sk-test-capabilities"

@@ -50,7 +50,7 @@ from provider_server import LoggedRequest, ProviderServer  # noqa: E402
 from context_effects.llm.backends.openai_api import OpenAIBackend  # noqa: E402
 from context_effects.llm.ledger import Ledger  # noqa: E402
 from context_effects.llm.shards import answer_journal_path, answer_shard, write_request_shard  # noqa: E402
-from context_effects.llm.store import ResponseStore  # noqa: E402
+from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
 
 DRIVER = REPO / "tests" / "faults" / "answering" / "answer_job.py"

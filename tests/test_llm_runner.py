@@ -27,7 +27,8 @@ from context_effects.llm.ledger import AttemptLog, Ledger  # noqa: E402
 from context_effects.llm.pricing import estimate_cost, price_table_from_models  # noqa: E402
 from context_effects.llm.replies import ReplyPolicy  # noqa: E402
 from context_effects.llm.runner import INVALID_PREFIX, StopRequested, invalid_reason, run_requests  # noqa: E402
-from context_effects.llm.store import ResponseStore  # noqa: E402
+from context_effects.llm.store import transfer  # noqa: E402
+from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
 
 MODEL = ModelRef(provider="fake", model_id="fake/model-1")
@@ -356,7 +357,7 @@ KILL_AT_SCRIPT = textwrap.dedent("""
     from context_effects.llm import shards
     from context_effects.llm.ledger import AttemptLog
     from context_effects.llm.runner import AnswerJournal
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     work, point = Path(sys.argv[1]), sys.argv[2]
     seen = {{}}
@@ -461,7 +462,7 @@ KILL_SCRIPT = textwrap.dedent("""
     from test_llm_runner import CountingBackend, make_requests
     from context_effects.llm.ledger import Ledger
     from context_effects.llm.runner import run_requests
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     root, ledger_path, log_path, kill_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -601,11 +602,11 @@ def test_export_import_replay_with_zero_calls(tmp_path: Path) -> None:
     assert len(src) == 13
 
     export = tmp_path / "release" / "responses.parquet"
-    assert src.export(export) == 13
+    assert transfer.export(src, export) == 13
 
     reviewer = ResponseStore(tmp_path / "reviewer")
     assert len(reviewer) == 0
-    assert reviewer.import_(export) == 13
+    assert transfer.import_file(reviewer, export) == 13
 
     led = Ledger(tmp_path / "replay.json")
     replayed = run_requests(

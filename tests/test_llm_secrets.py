@@ -24,7 +24,8 @@ from context_effects.llm.secrets import (  # noqa: E402
     redact,
     required_env_vars,
 )
-from context_effects.llm.store import ResponseStore  # noqa: E402
+from context_effects.llm.store import transfer  # noqa: E402
+from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
 
 MODELS = {
@@ -121,7 +122,7 @@ def test_keys_never_reach_results_ledger_or_store(tmp_path: Path, monkeypatch: p
     assert not out[0].ok and out[1].ok
     assert secret not in (out[0].error or "") and "AuthenticationError" in out[0].error
     export = tmp_path / "export.parquet"
-    store.export(export)
+    transfer.export(store, export)
     for path in [tmp_path / "ledger.json", export, *store.seg_dir.iterdir()]:
         assert b"TOPSECRET" not in path.read_bytes(), path
     assert led.failure_reasons == {"AuthenticationError": 1}

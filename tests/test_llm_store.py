@@ -20,8 +20,10 @@ SRC = ROOT / "src"
 if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
-from context_effects.llm import store as store_mod  # noqa: E402
-from context_effects.llm.store import COLUMNS, ResponseStore, request_from_json  # noqa: E402
+from context_effects.llm.store import cli as store_cli  # noqa: E402
+from context_effects.llm.store import segments, transfer  # noqa: E402
+from context_effects.llm.store.responses import ResponseStore  # noqa: E402
+from context_effects.llm.store.rows import COLUMNS, request_from_json  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
 
 MODEL = ModelRef(provider="vllm", model_id="org/tiny", revision="abc123")
@@ -220,7 +222,7 @@ def test_compact_merges_dedups_and_keeps_everything(tmp_path: Path) -> None:
 
 
 def test_reads_across_many_row_groups(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_mod, "ROW_GROUP_ROWS", 10)
+    monkeypatch.setattr(segments, "ROW_GROUP_ROWS", 10)
     s = ResponseStore(tmp_path / "s")
     rs = put(s, range(35))
     assert s._segments[segs(s)[0].name].row_group_starts == [0, 10, 20, 30, 35]
@@ -233,14 +235,14 @@ def test_export_import_round_trip_and_key_verification(tmp_path: Path) -> None:
     put(s, range(6))
     put(s, range(6, 9))
     out = tmp_path / "export.parquet"
-    assert s.export(out) == 9
+    assert transfer.export(s, out) == 9
     table = pq.read_table(out)
     assert table.num_rows == 9 and table.column_names == list(COLUMNS)
 
     b = ResponseStore(tmp_path / "b")
     put(b, [0])  # already present rows are skipped
-    assert b.import_(out) == 8
-    assert len(b) == 9 and b.import_(out) == 0
+    assert transfer.import_file(b, out) == 8
+    assert len(b) == 9 and transfer.import_file(b, out) == 0
     assert {k: b.get(k) for k in s.keys()} == {k: s.get(k) for k in s.keys()}
 
     # A file whose answers are filed under the wrong request is refused.
@@ -249,18 +251,18 @@ def test_export_import_round_trip_and_key_verification(tmp_path: Path) -> None:
     bad = tmp_path / "tampered.parquet"
     pq.write_table(tampered, bad)  # rewritten by another tool: no checksum, so only the keys can tell
     with pytest.raises(ValueError, match="does not match"), pytest.warns(UserWarning, match="no checksum"):
-        ResponseStore(tmp_path / "c").import_(bad)
+        transfer.import_file(ResponseStore(tmp_path / "c"), bad)
     with pytest.raises(ValueError, match="missing columns"), pytest.warns(UserWarning, match="no checksum"):
         pq.write_table(pa.table({"key": ["x"]}), tmp_path / "alien.parquet")
-        ResponseStore(tmp_path / "d").import_(tmp_path / "alien.parquet")
+        transfer.import_file(ResponseStore(tmp_path / "d"), tmp_path / "alien.parquet")
 
 
 def test_cli_export_import_stats(tmp_path: Path) -> None:
     s = ResponseStore(tmp_path / "a")
     put(s, range(4), cost_usd=0.25)
     out = tmp_path / "e.parquet"
-    assert store_mod.main(["export", str(tmp_path / "a"), str(out)]) == 0
-    assert store_mod.main(["import", str(tmp_path / "b"), str(out)]) == 0
+    assert store_cli.main(["export", str(tmp_path / "a"), str(out)]) == 0
+    assert store_cli.main(["import", str(tmp_path / "b"), str(out)]) == 0
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     proc = subprocess.run(
         [sys.executable, "-m", "context_effects.llm.store", "stats", str(tmp_path / "b")],
@@ -273,7 +275,7 @@ def test_cli_export_import_stats(tmp_path: Path) -> None:
     stats = json.loads(proc.stdout)
     assert stats["rows"] == 4 and stats["by_model"] == {"vllm:org/tiny": 4} and stats["tokens_out"] == 12
     assert stats["cost_usd_recorded"] == 1.0
-    assert store_mod.main(["stats", str(tmp_path / "missing")]) == 2
+    assert store_cli.main(["stats", str(tmp_path / "missing")]) == 2
 
 
 CONCURRENT_WRITER = textwrap.dedent("""
@@ -281,7 +283,7 @@ CONCURRENT_WRITER = textwrap.dedent("""
     sys.path[:0] = [{src!r}, {tests!r}]
     from pathlib import Path
     from test_llm_store import req, res
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     root, go, lo, hi = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     store = ResponseStore(root)

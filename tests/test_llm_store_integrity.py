@@ -1,7 +1,7 @@
 """Response store integrity: no damaged byte ever turns into a silently different answer.
 
 Every segment and every export carries the sha256 of its own bytes
-(src/context_effects/llm/store.py, "Integrity"). These tests damage real files on
+(src/context_effects/llm/store/__init__.py, "Integrity"). These tests damage real files on
 purpose - one flipped byte in each part of the file (magic, page headers,
 compressed page data, footer, the digest itself, footer length and end marker),
 truncation, legacy files - and check that ``verify`` finds it, that a read never
@@ -36,11 +36,13 @@ if str(TESTS) not in sys.path:
 
 from test_llm_store import req, res  # noqa: E402
 
-from context_effects.llm import store as store_mod  # noqa: E402
+from context_effects.llm.store import cli as store_cli  # noqa: E402
+from context_effects.llm.store import segments, transfer  # noqa: E402
 from context_effects.llm.backends.base import Backend  # noqa: E402
 from context_effects.llm.backends.replay import ReplayBackend, ReplayMiss  # noqa: E402
 from context_effects.llm.runner import run_requests  # noqa: E402
-from context_effects.llm.store import ResponseStore, StoreDamaged  # noqa: E402
+from context_effects.llm.store.responses import ResponseStore  # noqa: E402
+from context_effects.llm.store.segments import StoreDamaged  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult  # noqa: E402
 
 FAULTS = TESTS / "faults" / "store"
@@ -87,7 +89,7 @@ def byte_classes(path: Path) -> dict[str, list[tuple[int, int]]]:
             # mostly compressed page data with the next pages' headers in between.
             headers.append((lo, lo + 8))
             pages.append((lo + 24, hi) if hi - lo > 32 else (lo + 8, hi))
-    digest = meta.metadata[store_mod.CHECKSUM_KEY.encode()]
+    digest = meta.metadata[segments.CHECKSUM_KEY.encode()]
     at = data.index(digest)
     assert data.count(digest) == 1 and footer_start <= at
     return {
@@ -116,13 +118,13 @@ def pick(ranges: list[tuple[int, int]], rng: random.Random, n: int) -> list[int]
 @pytest.fixture
 def pristine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str, list[str], dict[str, LLMResult]]:
     """A store with a multi-row-group target segment (first) and an untouched one (second)."""
-    monkeypatch.setattr(store_mod, "ROW_GROUP_ROWS", 4)
+    monkeypatch.setattr(segments, "ROW_GROUP_ROWS", 4)
     root = tmp_path / "pristine"
     s = ResponseStore(root)
     target = put(s, range(12))
     time.sleep(0.002)
     put(s, range(12, 17))
-    monkeypatch.setattr(store_mod, "ROW_GROUP_ROWS", 4096)
+    monkeypatch.setattr(segments, "ROW_GROUP_ROWS", 4096)
     name = segs(s)[0].name
     assert s._segments[name].row_group_starts == [0, 4, 8, 12]
     keys = [req(i).key for i in range(17)]
@@ -144,8 +146,8 @@ def test_every_segment_and_export_carries_a_checksum_of_its_bytes(tmp_path: Path
     put(s, range(5))
     seg = segs(s)[0]
     kv = pq.read_metadata(seg).metadata
-    assert kv[store_mod.CHECKSUM_KIND_KEY.encode()] == store_mod.CHECKSUM_KIND.encode()
-    digest = kv[store_mod.CHECKSUM_KEY.encode()].decode()
+    assert kv[segments.CHECKSUM_KIND_KEY.encode()] == segments.CHECKSUM_KIND.encode()
+    digest = kv[segments.CHECKSUM_KEY.encode()].decode()
     # Reproducible by hand: sha256 of the file with the digest's 64 characters read as "0".
     import hashlib
 
@@ -153,8 +155,8 @@ def test_every_segment_and_export_carries_a_checksum_of_its_bytes(tmp_path: Path
     report = s.verify()
     assert report.ok == [seg.name] and report.clean
     out = tmp_path / "e.parquet"
-    assert s.export(out) == 5
-    assert store_mod._check_file(out) is True
+    assert transfer.export(s, out) == 5
+    assert segments.check_file(out) is True
     # Reading a checksummed segment raises no warning at all.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -163,19 +165,19 @@ def test_every_segment_and_export_carries_a_checksum_of_its_bytes(tmp_path: Path
 
 def test_every_single_byte_change_anywhere_in_a_segment_is_detected(tmp_path: Path, monkeypatch) -> None:
     """Exhaustive: each byte of a real multi-row-group segment, flipped alone, fails the check."""
-    monkeypatch.setattr(store_mod, "ROW_GROUP_ROWS", 2)
+    monkeypatch.setattr(segments, "ROW_GROUP_ROWS", 2)
     s = ResponseStore(tmp_path / "s")
     put(s, range(3))
     data = segs(s)[0].read_bytes()
-    assert store_mod._parse_segment(data)[0] is True
+    assert segments.parse_segment(data)[0] is True
     rng = random.Random(SEED)
     missed = []
     for offset in range(len(data)):
         damaged = bytearray(data)
         damaged[offset] ^= rng.randrange(1, 256)
         try:
-            store_mod._parse_segment(bytes(damaged))
-        except store_mod._Damaged:
+            segments.parse_segment(bytes(damaged))
+        except segments.Damaged:
             continue
         missed.append(offset)
     assert missed == [], f"{len(missed)} of {len(data)} one-byte changes went unnoticed"
@@ -198,7 +200,7 @@ def test_one_flipped_byte_is_found_by_verify_and_never_read_back(part: str, pris
         report = s.verify()  # finds it, moves nothing
         assert [d.segment for d in report.damaged] == [name], (part, offset)
         assert report.damaged[0].reason and not report.clean and path.exists()
-        assert store_mod.main(["verify", str(s.root)]) == 1
+        assert store_cli.main(["verify", str(s.root)]) == 1
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -231,7 +233,7 @@ def test_damage_after_a_segment_was_checked_is_still_caught(pristine, tmp_path: 
     assert s.get_many(original) == original
     path = s.seg_dir / name
     flip(path, column_page(path, "text", 1))
-    s._segments[name].sig = store_mod._sig(path.stat())  # as if nothing had changed
+    s._segments[name].sig = segments.signature(path.stat())  # as if nothing had changed
     with pytest.warns(UserWarning, match="damaged segment"):
         assert s.get_many(original) == good
     assert (s.quarantine_dir / name).exists()
@@ -248,14 +250,14 @@ def test_truncated_segment_fails_export_unless_skipped(pristine, tmp_path: Path,
     out = tmp_path / "release" / "responses.parquet"
 
     with pytest.warns(UserWarning, match="damaged segment"):
-        assert store_mod.main(["export", str(s.root), str(out)]) == 1
+        assert store_cli.main(["export", str(s.root), str(out)]) == 1
     err = capsys.readouterr().err
     assert name in err and "truncated" in err and "--skip-damaged" in err
     assert not out.exists() and not list(out.parent.glob(".tmp-*"))
     # Moved aside by the failed export, the loss still blocks the next one.
     assert (s.quarantine_dir / name).exists()
     with pytest.warns(UserWarning, match="were moved aside"):
-        assert store_mod.main(["export", str(s.root), str(out)]) == 1
+        assert store_cli.main(["export", str(s.root), str(out)]) == 1
     assert name in capsys.readouterr().err and not out.exists()
     env = {**os.environ, "PYTHONPATH": str(SRC)}
     proc = subprocess.run(
@@ -268,11 +270,11 @@ def test_truncated_segment_fails_export_unless_skipped(pristine, tmp_path: Path,
     assert proc.returncode != 0 and name in proc.stderr and not out.exists()
 
     with pytest.warns(UserWarning, match="were moved aside"):
-        assert store_mod.main(["export", str(s.root), str(out), "--skip-damaged"]) == 0
+        assert store_cli.main(["export", str(s.root), str(out), "--skip-damaged"]) == 0
     stdout = capsys.readouterr().out
     assert f"exported {17 - len(lost)} rows" in stdout and "skipped 1 damaged segment" in stdout and name in stdout
     back = ResponseStore(tmp_path / "back")
-    assert back.import_(out) == 17 - len(lost)
+    assert transfer.import_file(back, out) == 17 - len(lost)
     assert back.get_many(original) == {k: v for k, v in original.items() if k not in lost}
 
 
@@ -291,14 +293,14 @@ def test_export_of_a_damaged_segment_found_while_writing(pristine, tmp_path: Pat
     s.refresh = refresh_then_damage  # type: ignore[method-assign]
     out = tmp_path / "out.parquet"
     with pytest.warns(UserWarning, match="damaged segment"), pytest.raises(StoreDamaged, match=name):
-        s.export(out)
+        transfer.export(s, out)
     assert not out.exists() and not list(tmp_path.glob(".tmp-*"))
 
 
 def test_damaged_export_file_is_refused_by_import(pristine, tmp_path: Path, capsys) -> None:
     root, name, lost, original = pristine
     out = tmp_path / "e.parquet"
-    assert ResponseStore(root).export(out) == 17
+    assert transfer.export(ResponseStore(root), out) == 17
     rng = random.Random(SEED)
     for i, offset in enumerate(rng.sample(range(out.stat().st_size), 8) + ["truncate"]):
         bad = tmp_path / f"bad{i}.parquet"
@@ -309,9 +311,9 @@ def test_damaged_export_file_is_refused_by_import(pristine, tmp_path: Path, caps
             flip(bad, offset, rng.randrange(1, 256))
         target = ResponseStore(tmp_path / f"t{i}")
         with pytest.raises(StoreDamaged, match=str(bad)):
-            target.import_(bad)
+            transfer.import_file(target, bad)
         assert len(ResponseStore(tmp_path / f"t{i}")) == 0  # nothing half-imported
-        assert store_mod.main(["import", str(tmp_path / f"t{i}"), str(bad)]) == 1
+        assert store_cli.main(["import", str(tmp_path / f"t{i}"), str(bad)]) == 1
         assert str(bad) in capsys.readouterr().err
 
 
@@ -321,7 +323,7 @@ def test_import_of_an_export_without_checksum_warns(tmp_path: Path) -> None:
     plain = tmp_path / "plain.parquet"
     pq.write_table(pq.read_table(segs(s)[0]), plain)  # rewritten by another tool: digest not carried
     with pytest.warns(UserWarning, match="carries no checksum"):
-        assert ResponseStore(tmp_path / "t").import_(plain) == 3
+        assert transfer.import_file(ResponseStore(tmp_path / "t"), plain) == 3
 
 
 # --------------------------------------------------------------------------- verify CLI
@@ -334,32 +336,32 @@ def test_verify_cli_reports_quarantines_and_clears_after_rerun(pristine, tmp_pat
     flip(s.seg_dir / name, column_page(s.seg_dir / name, "probe_probs", 2))
     (s.seg_dir / "seg-zz-truncated.parquet").write_bytes((s.seg_dir / other).read_bytes()[:500])
 
-    assert store_mod.main(["verify", str(s.root)]) == 1
+    assert store_cli.main(["verify", str(s.root)]) == 1
     out = capsys.readouterr().out
     assert f"DAMAGED      {name}: sha256 mismatch" in out
     assert "DAMAGED      seg-zz-truncated.parquet: truncated" in out and "NOT CLEAN" in out
     assert len(segs(s)) == 3  # nothing moved without --quarantine
 
     with pytest.warns(UserWarning, match="damaged segment"):
-        assert store_mod.main(["verify", str(s.root), "--quarantine"]) == 1
+        assert store_cli.main(["verify", str(s.root), "--quarantine"]) == 1
     out = capsys.readouterr().out
     assert f"-> moved to {s.quarantine_dir / name}" in out
     assert [p.name for p in segs(s)] == [other]
 
     # The rows of the flipped segment are known (keys still match their requests); the truncated one's are not.
-    assert store_mod.main(["verify", str(s.root)]) == 1
+    assert store_cli.main(["verify", str(s.root)]) == 1
     out = capsys.readouterr().out
     assert f"{len(lost)} of its {len(lost)} rows are not in the store" in out and "rows unknown" in out
     with pytest.warns(UserWarning, match="2 damaged segment.s. were moved aside"):
         put(ResponseStore(s.root), range(12))  # a rerun answers them again
     (s.quarantine_dir / "seg-zz-truncated.parquet").unlink()  # a person looked and removed it
-    assert store_mod.main(["verify", str(s.root)]) == 0
+    assert store_cli.main(["verify", str(s.root)]) == 0
     out = capsys.readouterr().out
     assert f"resolved: all {len(lost)} of its rows were answered again" in out and "NOT CLEAN" not in out
 
 
 def test_verify_of_a_missing_store(tmp_path: Path) -> None:
-    assert store_mod.main(["verify", str(tmp_path / "nowhere")]) == 2
+    assert store_cli.main(["verify", str(tmp_path / "nowhere")]) == 2
 
 
 # --------------------------------------------------------------------------- legacy
@@ -387,7 +389,7 @@ def test_segments_without_checksum_are_read_unchecked_and_compact_adds_one(tmp_p
 
     report = reader.verify()
     assert len(report.unchecked) == 2 and len(report.ok) == 1 and report.clean
-    assert store_mod.main(["verify", str(s.root)]) == 0
+    assert store_cli.main(["verify", str(s.root)]) == 0
     assert "UNCHECKED" in capsys.readouterr().out
 
     with pytest.warns(UserWarning, match="carries no checksum"):
@@ -417,7 +419,7 @@ CONCURRENT_READER = textwrap.dedent("""
     sys.path[:0] = [{src!r}, {tests!r}]
     from pathlib import Path
     from test_llm_store import req
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     sync, roots = Path(sys.argv[1]), sys.argv[2:]
     keys = [req(i).key for i in range(17)]
@@ -505,7 +507,7 @@ def test_read_only_store_skips_damaged_segment_in_place(pristine, tmp_path: Path
     def refuse(src, dst):  # a read-only mount (root ignores chmod, so simulate it)
         raise PermissionError(30, "Read-only file system", str(src))
 
-    monkeypatch.setattr(store_mod.os, "rename", refuse)
+    monkeypatch.setattr(segments.os, "rename", refuse)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reader = ResponseStore(s.root)
@@ -515,8 +517,8 @@ def test_read_only_store_skips_damaged_segment_in_place(pristine, tmp_path: Path
     assert len(msgs) == 1 and "could not be moved aside" in msgs[0]
     assert (s.seg_dir / name).exists()
     with pytest.raises(StoreDamaged, match=name):
-        reader.export(tmp_path / "out.parquet")
-    assert store_mod.main(["verify", str(s.root)]) == 1
+        transfer.export(reader, tmp_path / "out.parquet")
+    assert store_cli.main(["verify", str(s.root)]) == 1
 
 
 # --------------------------------------------------------------------------- rerun and replay
@@ -564,8 +566,8 @@ def test_rerun_after_quarantine_answers_exactly_the_lost_keys(tmp_path: Path, ca
     assert set(backend.calls) == lost and len(backend.calls) == len(lost)
     assert [(r.key, r.text) for r in again] == [(r.key, r.text) for r in first]
     # The loss is made good: verify is clean and the export carries every row.
-    assert store_mod.main(["verify", str(root)]) == 0
-    assert ResponseStore(root).export(tmp_path / "out.parquet") == 24
+    assert store_cli.main(["verify", str(root)]) == 0
+    assert transfer.export(ResponseStore(root), tmp_path / "out.parquet") == 24
 
 
 def test_export_requires_lost_rows_answered_again(pristine, tmp_path: Path) -> None:
@@ -577,9 +579,9 @@ def test_export_requires_lost_rows_answered_again(pristine, tmp_path: Path) -> N
         ResponseStore(s.root).refresh()  # e.g. a job's store scan moved it aside
     with pytest.raises(StoreDamaged, match=f"{len(lost)} of its {len(lost)} rows are not in the store"):
         with pytest.warns(UserWarning, match="were moved aside"):
-            ResponseStore(s.root).export(tmp_path / "out.parquet")
+            transfer.export(ResponseStore(s.root), tmp_path / "out.parquet")
     with pytest.warns(UserWarning, match="were moved aside"):
         put(ResponseStore(s.root), range(12))
-    assert ResponseStore(s.root).export(tmp_path / "out.parquet") == 17
+    assert transfer.export(ResponseStore(s.root), tmp_path / "out.parquet") == 17
     stats = ResponseStore(s.root).stats()
     assert stats["damaged_segments"] == [] and stats["quarantined_segments"] == 1

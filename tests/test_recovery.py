@@ -14,7 +14,10 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
-from context_effects import dag, recovery
+from context_effects import recovery, recovery_rows, targets
+from context_effects.amel import recovery as amel_recovery
+from context_effects.anchoring import recovery as anchoring_recovery
+from context_effects.conformity import recovery as conformity_recovery
 from context_effects.amel.synthetic import amel_expected_bias_score
 from context_effects.anchoring.synthetic import expected_pull
 from context_effects.config import ConfigError, load_config, load_schema, validate_config
@@ -175,16 +178,16 @@ def test_planted_json_holds_exactly_the_configured_values(tmp_path):
 def test_targets_only_for_runs_with_synthetic_models():
     cfg = validate_config(config())
     assert recovery.targets(cfg) == [recovery.PLANTED, recovery.RECOVERY_CSV, recovery.RECOVERY_MD]
-    assert set(recovery.targets(cfg)) <= set(dag.study_outputs(cfg))
-    assert not [f for f in dag.report_tables(cfg) + dag.report_figures(cfg) if f.startswith("results/synthetic/")]
-    inputs = dag.recovery_inputs(cfg)
+    assert set(recovery.targets(cfg)) <= set(targets.study_outputs(cfg))
+    assert not [f for f in targets.report_tables(cfg) + targets.report_figures(cfg) if f.startswith("results/synthetic/")]
+    inputs = targets.recovery_inputs(cfg)
     assert inputs["fits"] == ["results/conformity/fits/truthfulqa/main/summary.csv",
                               "results/conformity/fits/truthfulqa/generator-mean/summary.csv"]
     assert inputs["amel"] == ["results/amel/bias_scores.parquet"]
     assert inputs["anchoring"] == ["results/anchoring/runs/gemma-judge.json"]
-    assert dag.recovery_report_input(cfg) == [recovery.RECOVERY_CSV]
+    assert targets.recovery_report_input(cfg) == [recovery.RECOVERY_CSV]
     demo = validate_config(load_config(REPO / "config" / "demo.yaml"))
-    assert dag.synthetic_targets(demo) == [] and dag.recovery_report_input(demo) == []
+    assert targets.synthetic_targets(demo) == [] and targets.recovery_report_input(demo) == []
 
 
 # ----------------------------------------------------------------------------- the table
@@ -196,10 +199,10 @@ def _summary_row(block, parameter, mean, lo, hi, generator=None, condition=None,
 
 
 def test_covered_is_yes_inside_no_outside_and_na_without_an_interval():
-    assert recovery.covered(0.5, 0.0, 1.0) == "yes" and recovery.covered(1.0, 0.0, 1.0) == "yes"
-    assert recovery.covered(-0.1, 0.0, 1.0) == "no" and recovery.covered(1.2, 0.0, 1.0) == "no"
-    assert recovery.covered(0.5, math.nan, 1.0) == "n/a"
-    assert recovery.row("x", "s", "m", "p", 0.5, 0.4, 0.0, 1.0, comparable=False)["covered"] == "n/a"
+    assert recovery_rows.covered(0.5, 0.0, 1.0) == "yes" and recovery_rows.covered(1.0, 0.0, 1.0) == "yes"
+    assert recovery_rows.covered(-0.1, 0.0, 1.0) == "no" and recovery_rows.covered(1.2, 0.0, 1.0) == "no"
+    assert recovery_rows.covered(0.5, math.nan, 1.0) == "n/a"
+    assert recovery_rows.row("x", "s", "m", "p", 0.5, 0.4, 0.0, 1.0, comparable=False)["covered"] == "n/a"
 
 
 def test_conformity_rows_compare_on_the_latent_scale():
@@ -213,7 +216,7 @@ def test_conformity_rows_compare_on_the_latent_scale():
         _summary_row("kappa", "kappa[1]", -2.2, -2.5, -2.0),
         _summary_row("sigma_b", "sigma_b", 0.6, 0.3, 0.9),
     ])
-    paper = pd.DataFrame(recovery.conformity_rows(planted, "truthfulqa", "main", summary))
+    paper = pd.DataFrame(conformity_recovery.fit_rows(planted, "truthfulqa", "main", summary))
     got = {(r.model, r.parameter): (r.planted, r.covered, r.comparable) for r in paper.itertuples()}
     assert got[("gen-a", "eta[peer_wrong]")] == (-0.8, "yes", "yes")
     assert got[("gen-a", "eta[no_peer]")] == (C_DEFAULTS["eta"]["no_peer"], "no", "yes")
@@ -229,7 +232,7 @@ def test_conformity_rows_compare_on_the_latent_scale():
 
     # The generator-mean fit: μ_g is a parameter and σ_b is comparable.
     variant = pd.concat([summary, pd.DataFrame([_summary_row("mu_gen", "mu_gen[gen-a]", 0.4, 0.1, 0.7, "gen-a")])])
-    gm = pd.DataFrame(recovery.conformity_rows(planted, "truthfulqa", "generator-mean", variant))
+    gm = pd.DataFrame(conformity_recovery.fit_rows(planted, "truthfulqa", "generator-mean", variant))
     got = {(r.model, r.parameter): (r.planted, r.covered, r.comparable) for r in gm.itertuples()}
     assert got[("gen-a", "mu_g (generator mean)")] == (0.5, "yes", "yes")
     assert got[("", "sigma_b")] == (0.4, "yes", "yes")
@@ -242,7 +245,7 @@ def test_conformity_rows_compare_on_the_latent_scale():
     assert cov.loc["paper", "not_compared"] == 2
     assert (cov.loc["generator-mean", "compared"], cov.loc["generator-mean", "covered"]) == (7, 5)
     with pytest.raises(ValueError, match="not compared"):
-        recovery.conformity_rows(planted, "truthfulqa", "theta-2.0", summary)
+        conformity_recovery.fit_rows(planted, "truthfulqa", "theta-2.0", summary)
 
 
 def test_amel_and_anchoring_rows():
@@ -257,7 +260,7 @@ def test_amel_and_anchoring_rows():
         # The secondary measurement never enters the primary rows.
         + [{"model": "gen-a", "cell": yes["cell"], "bs": 9.0, "method": "first_token"}]
     )
-    amel = pd.DataFrame(recovery.amel_rows(planted, bs)).set_index("parameter")
+    amel = pd.DataFrame(amel_recovery.bias_score_rows(planted, bs)).set_index("parameter")
     assert amel.loc[f"bias_score[{yes['cell']}]", "covered"] == "yes"
     assert amel.loc[f"bias_score[{no['cell']}]", "covered"] == "no"
     assert amel.loc[f"bias_score[{yes['cell']}]", "estimate"] == pytest.approx(yes["expected_bias_score"])
@@ -278,7 +281,7 @@ def test_amel_and_anchoring_rows():
         "pull": {"mean": {"estimate": pull, "ci_low": pull - 0.1, "ci_high": pull + 0.1}},
         "anchor_vs_framing": {"signed_mean": {"estimate": 5.0, "ci_low": 4.0, "ci_high": 6.0},
                               "framing_minus_blind": 0.1}}}}
-    h = pd.DataFrame(recovery.anchoring_rows(planted, {judge: run})).set_index("parameter")
+    h = pd.DataFrame(anchoring_recovery.pull_rows(planted, {judge: run})).set_index("parameter")
     assert h.loc["pull (mean, implied by λ)", "planted"] == pytest.approx(pull)
     assert h.loc["pull (mean, implied by λ)", "covered"] == "yes"
     assert h.loc["anchor vs framing (signed mean, implied by λ)", "covered"] == "no"
@@ -292,17 +295,18 @@ def test_expected_score_is_the_reply_rule_in_expectation():
     for mu, sd in ((2.3, 0.5), (4.8, 0.7), (0.4, 0.3)):
         x = rng.normal(mu, sd, 200_000)
         mc = np.clip(np.floor(x + 0.5), 1, 5).mean()
-        assert float(recovery.expected_score(mu, sd)) == pytest.approx(mc, abs=0.01)
-    assert float(recovery.expected_score(3.49, 0.0)) == 3.0 and float(recovery.expected_score(3.5, 0.0)) == 4.0
+        assert float(anchoring_recovery.expected_score(mu, sd)) == pytest.approx(mc, abs=0.01)
+    assert float(anchoring_recovery.expected_score(3.49, 0.0)) == 3.0
+    assert float(anchoring_recovery.expected_score(3.5, 0.0)) == 4.0
 
 
 def test_markdown_and_run_report_section(tmp_path):
     table = pd.DataFrame([
-        recovery.row("conformity", "s", "g", "eta[x]", 0.1, 0.0, -0.5, 0.5, fit_model="paper"),
-        recovery.row("conformity", "s", "g", "eta[y]", 0.1, 0.9, 0.8, 1.0, fit_model="paper"),
-        recovery.row("conformity", "s", "g", "mu", 0.1, fit_model="paper", comparable=False, note="not a parameter"),
-        recovery.row("amel", "a", "m", "bs", -0.1, -0.1, -0.2, 0.0),
-    ], columns=list(recovery.COLUMNS))
+        recovery_rows.row("conformity", "s", "g", "eta[x]", 0.1, 0.0, -0.5, 0.5, fit_model="paper"),
+        recovery_rows.row("conformity", "s", "g", "eta[y]", 0.1, 0.9, 0.8, 1.0, fit_model="paper"),
+        recovery_rows.row("conformity", "s", "g", "mu", 0.1, fit_model="paper", comparable=False, note="not a parameter"),
+        recovery_rows.row("amel", "a", "m", "bs", -0.1, -0.1, -0.2, 0.0),
+    ], columns=list(recovery_rows.COLUMNS))
     md = recovery.markdown(table)
     assert "- Study C (conformity), paper model: 1 of 2 planted values inside their 95% interval (50%); " \
            "1 listed without a comparison" in md

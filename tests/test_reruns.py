@@ -2,21 +2,21 @@
 table builder or prompt reruns exactly the jobs that run it and what depends on their
 outputs; a speed setting, a comment or a touched script reruns nothing.
 
-The run is built from a copy of the repository (Snakefile, rules, scripts, library,
-paper sources) and each case edits that copy, never the repository itself.
+The run is the session's shared synthetic run, made in a copy of the repository
+(Snakefile, rules, scripts, library, paper sources); each case edits that copy for the
+length of a dry run and puts it back, never touching the repository itself.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import REPO, edit_definition, run_snakemake
+from conftest import edit_definition, run_snakemake
 from context_effects.config import validate_config
 from context_effects.conformity import dag as conformity_dag
 
@@ -31,17 +31,8 @@ TARGETS = [
 ]
 DESCRIPTIVE = "src/context_effects/conformity/descriptive.py"
 PROMPTS = "src/context_effects/conformity/prompts.py"
-#: The recommended triggers (README, "Reruns"; the shipped profiles set them).
+#: The recommended triggers (docs/configuration.md, "Reruns"; the shipped profiles set them).
 TRIGGERS = ["--rerun-triggers", "mtime", "params", "input", "software-env"]
-
-
-def _copy_repo(dest: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "*.pdf")
-    for name in ("src", "workflow", "paper", "config", "docs", "envs"):
-        shutil.copytree(REPO / name, dest / name, ignore=ignore)
-    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
-    (dest / "data").symlink_to(REPO / "data")
-    return dest
 
 
 def _snakemake(repo: Path, config: Path, *args: str, timeout: float = 1800):
@@ -65,11 +56,10 @@ def _planned(repo: Path, config: Path, *extra: str) -> Counter:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> tuple[Path, Path]:
-    repo = _copy_repo(tmp_path_factory.mktemp("rerun") / "repo")
-    config = repo / "config" / "synthetic.yaml"
-    res = _snakemake(repo, config, "--cores", "2")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-6000:]
+def finished(synthetic_run) -> tuple[Path, Path]:
+    """The session's synthetic run (made in a copy of the repository, every study through
+    the paper): the targets above are part of it."""
+    repo, config = synthetic_run.repo, synthetic_run.config
     assert _planned(repo, config) == Counter(), "a finished run plans nothing"
     return repo, config
 

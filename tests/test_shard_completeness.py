@@ -32,7 +32,7 @@ from context_effects.conformity.stages import collect_answers, write_round1_shar
 from context_effects.datasets import build_item_table, write_items
 from context_effects.llm.factory import make_backend
 from context_effects.llm.shards import ShardMismatch, answer_shard, read_response_shard
-from context_effects.llm.store import request_from_json
+from context_effects.llm.store.rows import request_from_json
 
 CONFIG = validate_config({
     "run": {"label": "shard-completeness", "kind": "synthetic"},
@@ -52,7 +52,7 @@ CONFIG = validate_config({
 
 
 def _answer(requests: Path, responses: Path, model: str, tmp: Path) -> None:
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     store = ResponseStore(tmp / "store")
     backend = make_backend(model, CONFIG["models"][model], store=store)

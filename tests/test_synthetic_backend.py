@@ -25,7 +25,7 @@ from context_effects.llm.backends.synthetic import (
 from context_effects.conformity.replies import RATING_SCHEMA
 from context_effects.llm.replies import ReplyPolicy
 from context_effects.llm.runner import run_requests
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling
 
 MODEL = "syn-mistral-7b"

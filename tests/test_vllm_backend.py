@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import model_cache
+from conftest import converted_model, worker_threads
 from context_effects.conformity.replies import RATING_SCHEMA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_
 # the engine in their own process; tests/test_llm_rules.py runs one.
 ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "OMP_NUM_THREADS": str(min(2, os.cpu_count() or 1)),
+    "OMP_NUM_THREADS": str(min(2, worker_threads())),
     "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
 }
 
@@ -206,12 +206,12 @@ def test_find_packaged_gguf_reads_the_record_without_importing(tmp_path: Path) -
 
 @pytest.fixture(scope="session")
 def smol_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert_gguf_package(SMOL_PACKAGE, model_cache(tmp_path_factory) / "smollm2-135m-instruct")
+    return converted_model(SMOL_PACKAGE, "smollm2-135m-instruct", tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return convert_gguf_package(GEMMA_PACKAGE, model_cache(tmp_path_factory) / "gemma3-270m-base")
+    return converted_model(GEMMA_PACKAGE, "gemma3-270m-base", tmp_path_factory)
 
 
 @pytest.mark.slow

@@ -70,8 +70,8 @@ def test_rule_all_collects_every_study(workdir):
     for study_file in ("conformity_generate.smk", "amel.smk", "anchoring.smk", "paper.smk", "common.smk"):
         assert (rules_dir / study_file).exists()
     snakefile = (REPO / "Snakefile").read_text()
-    # rule all: every study's outputs (context_effects.dag.study_outputs) and the paper's.
-    for target in ("dag.study_outputs(config)", "dag.paper_targets(config)"):
+    # rule all: every study's outputs (context_effects.targets.study_outputs) and the paper's.
+    for target in ("targets.study_outputs(config)", "targets.paper_targets(config)"):
         assert target in snakefile
 
 
@@ -114,10 +114,10 @@ def test_resource_names_are_checked_after_every_rule_file():
     """The rule names are known only after every include, so the check is the Snakefile's last statement."""
     snakefile = (REPO / "Snakefile").read_text()
     statements = [line for line in snakefile.splitlines() if line and not line.startswith((" ", "#"))]
-    assert statements[-1] == "config_checks.check_resource_names(config, [r.name for r in workflow.rules])"
-    assert snakefile.rindex("include:") < snakefile.rindex("config_checks.check_resource_names")
+    assert statements[-1] == "check_resource_names(config, [r.name for r in workflow.rules])"
+    assert snakefile.rindex("include:") < snakefile.rindex("check_resource_names(")
 
 
 def test_configfiles_are_reread_strictly_before_validation():
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
-    assert common.index("config_checks.check_config_files(workflow.configfiles)") < common.index("validate_config(config")
+    assert common.index("check_config_files(workflow.configfiles)") < common.index("validate_config(config")

@@ -4,7 +4,7 @@ No rule declares the library as input: every job imports ``context_effects`` fro
 ``src/``, so editing a prompt, a table builder or a plotting function would otherwise
 rerun nothing and leave stale results. Each rule passes ``code=...`` (from here) as a
 param; with the ``params`` rerun trigger a job reruns exactly when the code it runs has
-changed, and everything downstream of it follows (README, "Reruns").
+changed, and everything downstream of it follows (docs/configuration.md, "Reruns").
 
 What a job runs is found statically, function by function: the job's script, then for every ``context_effects`` name it uses, the
 module-level code of the module that defines it (its constants, classes and imports)

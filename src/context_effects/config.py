@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import copy
 import datetime
+import difflib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+
+from context_effects import config_checks
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -184,6 +187,12 @@ class _StrictLoader(yaml.SafeLoader):
                 seen[key] = line
 
 
+# YAML 1.1's reading of a date, whatever another library did to PyYAML's SafeLoader:
+# lm-format-enforcer (loaded with vLLM's structured output) makes every SafeLoader in the
+# process read timestamps as text, which would let `2026-01-01` through unnoticed.
+_StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", yaml.constructor.SafeConstructor.construct_yaml_timestamp)
+
+
 class _JsonDuplicate(Exception):
     """A JSON object repeats a key (the YAML reader then says where)."""
 
@@ -231,6 +240,34 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a YAML mapping, got {type(data).__name__}")
     return data
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Read every config file strictly (:func:`load_config`); ConfigError on the first bad one.
+
+    Snakemake parses the ``--configfile`` files itself (YAML 1.1, a repeated key silently
+    last-wins) before the Snakefile runs; ``workflow/rules/common.smk`` reads them again
+    with this."""
+    for path in paths:
+        load_config(path)
+
+
+def check_resource_names(config: Mapping[str, Any], rule_names: Iterable[str]) -> None:
+    """Every key of ``resources:`` must be a rule of the workflow; ConfigError listing the rules otherwise.
+
+    The rule names are known only after every rule file is included, so the ``Snakefile``
+    calls this last."""
+    rules = sorted(set(rule_names))
+    problems = []
+    for name in sorted(config.get("resources") or {}):
+        if name in rules:
+            continue
+        close = difflib.get_close_matches(name, rules, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        problems.append(f"`resources.{name}` names no rule of this workflow; {hint}rules: {', '.join(rules)}")
+    if problems:
+        listing = "\n".join(f"  - {p}" for p in problems)
+        raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")
 
 
 def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -377,8 +414,6 @@ def validate_config(
     ``workdir`` (the workflow passes its working directory) the data files the config
     names, such as AMEL item files, are read too.
     """
-    from context_effects import config_checks  # it imports this module
-
     schema = load_schema() if schema is None else schema
     filled = fill_defaults(copy.deepcopy(dict(config)), schema)
     validator = jsonschema.Draft202012Validator(schema)

@@ -1,12 +1,12 @@
-"""Configuration checks that need more than the config file itself.
+"""Configuration checks that need the data the config names, not just the config.
 
 ``validate_config`` (``context_effects.config``) checks the schema and the references
-between sections. The checks here need something else, and the workflow runs them
-while it is parsed, before any job:
+between sections, then calls the checks here, which the workflow thereby runs while it
+is parsed, before any job. They return problems (or warn) instead of raising, so this
+module needs nothing from ``context_effects.config``, which imports it. The checks of
+the config files themselves and of ``resources:`` against the rule names
+(``check_config_files``, ``check_resource_names``) live in ``context_effects.config``.
 
-- ``check_config_files``: the files given with ``--configfile``. Snakemake parses them
-  itself (YAML 1.1, a repeated key silently last-wins) before the Snakefile runs;
-  ``workflow/rules/common.smk`` reads them again with the strict loader.
 - ``design_problems``: designs the data cannot support (Study H tasks beyond a
   dataset's items, AMEL domains in which no history can be built). Called by
   ``validate_config``; item files are read only when it is given the working
@@ -15,8 +15,6 @@ while it is parsed, before any job:
   are allowed — the history cycles and every request records ``history_repeats``
   (``docs/deviations.yaml``, amel-history-construction; the paper's 50-turn histories
   of the 24-item code-review domain do so) — and ``validate_config`` logs a warning.
-- ``check_resource_names``: a ``resources:`` entry must name a rule; the rule names
-  are known only after every rule file is included, so the ``Snakefile`` calls it last.
 - ``synthetic_problems`` (called by ``design_problems``): every synthetic model's planted
   values resolve (what the schema cannot say: increasing cutpoints, ``[lo, hi]`` order),
   and the anchor scale the synthetic generators plant equals ``conformity.fit.theta_anchor``,
@@ -25,38 +23,14 @@ while it is parsed, before any job:
 
 from __future__ import annotations
 
-import difflib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from context_effects.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
 
 Config = Mapping[str, Any]
-
-
-def check_config_files(paths: Iterable[str | Path]) -> None:
-    """Read every config file strictly (``context_effects.config.load_config``); ConfigError on the first bad one."""
-    for path in paths:
-        load_config(path)
-
-
-def check_resource_names(config: Config, rule_names: Iterable[str]) -> None:
-    """Every key of ``resources:`` must be a rule of the workflow; ConfigError listing the rules otherwise."""
-    rules = sorted(set(rule_names))
-    problems = []
-    for name in sorted(config.get("resources") or {}):
-        if name in rules:
-            continue
-        close = difflib.get_close_matches(name, rules, n=1)
-        hint = f"did you mean `{close[0]}`? " if close else ""
-        problems.append(f"`resources.{name}` names no rule of this workflow; {hint}rules: {', '.join(rules)}")
-    if problems:
-        listing = "\n".join(f"  - {p}" for p in problems)
-        raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")
 
 
 # --------------------------------------------------------------------------- designs

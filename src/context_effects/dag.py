@@ -1,10 +1,14 @@
 """DAG helpers every study shares: plain functions of the validated config.
 
 The rule files (workflow/rules/*.smk) hold rules only; the paths, targets and
-per-rule settings they need come from here and from each study's ``dag`` module
-(``context_effects.conformity.dag``, ``.amel.dag``, ``.anchoring.dag``), imported
-under their own names, so no two helpers can shadow each other and each one is
+per-rule settings they need come from here, from each study's ``dag`` module
+(``context_effects.conformity.dag``, ``.amel.dag``, ``.anchoring.dag``) and from
+``context_effects.targets`` (the run's files across every study), imported under
+their own names, so no two helpers can shadow each other and each one is
 unit-tested like any other library function.
+
+This module is the bottom layer of those helpers: the study ``dag`` modules import
+it, so it imports none of them (docs/architecture.md, "DAG helpers").
 """
 
 from __future__ import annotations
@@ -246,147 +250,3 @@ def log_model_profiles(config: Config) -> None:
     if used_models(config):
         # Formatted here: Snakemake's handlers print ``record.msg`` without its args.
         logging.getLogger("snakemake.logging").info(f"Models and capability profiles:\n{model_profiles(config)}")
-
-
-def response_shards(config: Config) -> list[str]:
-    """Every response shard the enabled studies have answered (by llm.smk's rules)."""
-    from context_effects.amel import dag as amel_dag
-    from context_effects.anchoring import dag as anchoring_dag
-    from context_effects.conformity import dag as conformity_dag
-
-    shards: list[str] = []
-    if config["conformity"]["enabled"]:
-        for dataset in config["conformity"]["datasets"]:
-            shards += conformity_dag.response_shards(config, dataset)
-            shards += conformity_dag.anchor_response_shards(config, dataset)
-            shards += conformity_dag.judge_response_shards(config, dataset)
-    if config["amel"]["enabled"]:
-        shards += amel_dag.response_shards(config)
-    if anchoring_dag.enabled(config):
-        shards += [anchoring_dag.response_shard(j) for j in config["anchoring"]["judges"]]
-    # A Study C shard that holds several datasets is listed once per dataset above.
-    return list(dict.fromkeys(shards))
-
-
-def ledger_files(config: Config) -> list[str]:
-    """The ledger beside every response shard of the run: what each answering job asked,
-    served from the store, failed and paid (the run report's cost table)."""
-    prefix = "results/responses/"
-    return ["results/ledgers/" + p[len(prefix):].removesuffix(".parquet") + ".json" for p in response_shards(config)]
-
-
-# --- targets ---------------------------------------------------------------------------
-
-
-def study_outputs(config: Config) -> list[str]:
-    """Every file the enabled studies produce (``rule all`` and the run report's inputs)."""
-    from context_effects.amel import dag as amel_dag
-    from context_effects.anchoring import dag as anchoring_dag
-    from context_effects.conformity import dag as conformity_dag
-
-    return (conformity_dag.targets(config) + amel_dag.targets(config) + anchoring_dag.targets(config)
-            + synthetic_targets(config))
-
-
-def report_tables(config: Config) -> list[str]:
-    return sorted(f for f in study_outputs(config) if f.startswith("results/tables/") and f.endswith(".csv"))
-
-
-def report_figures(config: Config) -> list[str]:
-    """Every figure file (``figures/<study>/<name>.pdf|png``) of the enabled studies;
-    the data CSVs beside them in ``results/figures/`` are not figures."""
-    from context_effects.outputs import FIGURE_DIR
-
-    return sorted(
-        f for f in study_outputs(config) if f.startswith(f"{FIGURE_DIR}/") and f.endswith((".pdf", ".png", ".svg"))
-    )
-
-
-def published_files(basedir: str) -> list[str]:
-    """The transcribed numbers of the seed papers (``paper/published/<study>/*.csv`` of the
-    repository at ``basedir``, wherever the run's working directory is)."""
-    from pathlib import Path
-
-    return sorted(str(p) for p in (Path(basedir) / "paper" / "published").glob("*/*.csv"))
-
-
-def paper_sources(basedir: str) -> list[str]:
-    """The paper's own files (``paper/**/*.tex``, ``numbers.yaml``, the allow-list of the
-    repository at ``basedir``); the paper's output lies in the working directory."""
-    from pathlib import Path
-
-    paper = Path(basedir) / "paper"
-    files = [p for p in paper.rglob("*.tex") if "build" not in p.relative_to(paper).parts[:-1]]
-    files += [p for p in (paper / "numbers.yaml", paper / "allowed_numbers.txt") if p.exists()]
-    return sorted(str(p) for p in files)
-
-
-def paper_inputs(config: Config, basedir: str) -> dict[str, Any]:
-    """Everything ``paper/paper.pdf`` reads (rule paper_pdf): the sources, the numbers,
-    every table's LaTeX and every figure of the enabled studies, the reproduction table
-    and the run manifest."""
-    from pathlib import Path
-
-    preamble = str(Path(basedir) / "paper" / "preamble.tex")
-    return {
-        # The build finds the source folder from the preamble's path (so no hard-coded prefix).
-        "preamble": preamble,
-        "sources": [f for f in paper_sources(basedir) if f != preamble],
-        "numbers": "results/paper/numbers.tex",
-        "tables": [f[: -len(".csv")] + ".tex" for f in report_tables(config)],
-        "figures": report_figures(config),
-        "reproduction": "results/report/reproduction.tex",
-        "deviations": "results/paper/deviations.tex",
-        "manifest": "results/run/manifest.json",
-    }
-
-
-def paper_pdf_targets(config: Config) -> list[str]:
-    """``paper/paper.pdf`` when ``paper.pdf`` is on (it needs LaTeX), else nothing."""
-    return ["paper/paper.pdf"] if config.get("paper", {}).get("pdf", False) else []
-
-
-def deviations_ledger(basedir: str) -> str:
-    """The deviations ledger of the repository at ``basedir`` (read by the run report and the paper)."""
-    from pathlib import Path
-
-    return str(Path(basedir) / "docs" / "deviations.yaml")
-
-
-def paper_targets(config: Config) -> list[str]:
-    """What ``rule all`` asks for beyond the studies: the manifest, the run report, the
-    reproduction report and, when ``paper.pdf`` is on, the paper."""
-    return ["results/run/manifest.json", "results/report/report.md", "results/report/reproduction.md",
-            *paper_pdf_targets(config)]
-
-
-# --- synthetic runs: planted values and their recovery (context_effects.recovery) ----------
-
-
-def synthetic_targets(config: Config) -> list[str]:
-    """``results/synthetic/planted.json`` and the recovery table (CSV, Markdown) when the run has
-    synthetic models (or ``run.kind`` is synthetic); nothing otherwise."""
-    from context_effects import recovery
-
-    return recovery.targets(config)
-
-
-def synthetic_planted_params(config: Config) -> dict[str, Any]:
-    """What ``planted.json`` is computed from (rule ``synthetic_planted``; plain data)."""
-    from context_effects import recovery
-
-    return recovery.planted_inputs(config)
-
-
-def recovery_inputs(config: Config) -> dict[str, Any]:
-    """planted.json and the result files holding the estimates (rule ``recovery``)."""
-    from context_effects import recovery
-
-    return recovery.recovery_inputs(config)
-
-
-def recovery_report_input(config: Config) -> list[str]:
-    """The recovery table the run report summarises; none for a run without synthetic models."""
-    from context_effects import recovery
-
-    return recovery.report_input(config)

@@ -216,7 +216,7 @@ def build_report(manifest_path: str | Path, table_paths: Sequence[str | Path], f
                  recovery_path: str | Path | None = None,
                  ledger_paths: Sequence[str | Path] = ()) -> str:
     """The run report. ``ledger_paths``: the shard ledgers of the run's answering jobs
-    (``dag.ledger_files``)."""
+    (``targets.ledger_files``)."""
     manifest = json.loads(Path(manifest_path).read_text())
     run = manifest.get("config", {}).get("run", {})
     base = Path(base)

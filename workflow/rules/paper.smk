@@ -24,13 +24,13 @@ rule run_report:
     """The run report: caveats, parse failures, injection flags, failed diagnostics, then every table and figure."""
     input:
         manifest="results/run/manifest.json",
-        tables=dag.report_tables(config),
-        figures=dag.report_figures(config),
+        tables=targets.report_tables(config),
+        figures=targets.report_figures(config),
         injection=conformity_dag.injection_tables(config),
         reproduction="results/report/reproduction.csv",
-        ledger=dag.deviations_ledger(workflow.basedir),
-        recovery=dag.recovery_report_input(config),
-        ledgers=dag.ledger_files(config),
+        ledger=targets.deviations_ledger(workflow.basedir),
+        recovery=targets.recovery_report_input(config),
+        ledgers=targets.ledger_files(config),
     output:
         "results/report/report.md",
     log:
@@ -49,8 +49,8 @@ rule reproduction_report:
     """Every number the seed papers print (paper/published) beside what this run reproduced."""
     input:
         manifest="results/run/manifest.json",
-        published=dag.published_files(workflow.basedir),
-        tables=dag.report_tables(config),
+        published=targets.published_files(workflow.basedir),
+        tables=targets.report_tables(config),
     output:
         csv=report(
             "results/report/reproduction.csv",
@@ -76,7 +76,7 @@ rule paper_numbers:
     input:
         spec=f"{workflow.basedir}/paper/numbers.yaml",
         manifest="results/run/manifest.json",
-        tables=dag.report_tables(config),
+        tables=targets.report_tables(config),
     output:
         tex="results/paper/numbers.tex",
         warnings="results/paper/numbers_warnings.txt",
@@ -95,7 +95,7 @@ rule paper_numbers:
 rule paper_deviations:
     """The deviations ledger (docs/deviations.yaml) as the paper's appendix tables."""
     input:
-        ledger=dag.deviations_ledger(workflow.basedir),
+        ledger=targets.deviations_ledger(workflow.basedir),
     output:
         "results/paper/deviations.tex",
     log:
@@ -113,7 +113,7 @@ rule paper_deviations:
 rule paper_pdf:
     """The paper: the number check, then latexmk on paper/paper.tex with this run's numbers, tables and figures."""
     input:
-        **dag.paper_inputs(config, workflow.basedir),
+        **targets.paper_inputs(config, workflow.basedir),
     output:
         pdf="paper/paper.pdf",
     log:

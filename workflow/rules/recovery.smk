@@ -1,7 +1,7 @@
 # Synthetic runs only (run.kind synthetic, or any synthetic model a study calls): the
 # values the synthetic models plant, from the config alone, and the planted-vs-estimated
 # table with coverage for every study (context_effects.recovery). For other runs
-# dag.synthetic_targets is empty and nothing here is asked for.
+# targets.synthetic_targets is empty and nothing here is asked for.
 
 
 rule synthetic_planted:
@@ -16,7 +16,7 @@ rule synthetic_planted:
         **dag.rule_resources(config, "synthetic_planted", runtime=5, mem_mb=1000),
     params:
         code=codeversion.of_script("synthetic_planted.py"),
-        inputs=dag.synthetic_planted_params(config),
+        inputs=targets.synthetic_planted_params(config),
     script:
         "../scripts/synthetic_planted.py"
 
@@ -24,7 +24,7 @@ rule synthetic_planted:
 rule recovery:
     """Planted values against the run's estimates (fits, AMEL bias scores, Study H pulls), with coverage."""
     input:
-        **dag.recovery_inputs(config),
+        **targets.recovery_inputs(config),
     output:
         csv="results/synthetic/recovery.csv",
         md="results/synthetic/recovery.md",

@@ -22,7 +22,7 @@ def main(snakemake):
 
     from context_effects.llm.factory import make_backend
     from context_effects.llm.shards import JobInterrupted, answer_shard
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     from context_effects.dag import with_speed_settings
 

@@ -1,9 +1,11 @@
-"""Study A's part of the DAG: paths, targets and per-rule settings of workflow/rules/amel.smk.
+"""Study A's part of the DAG: paths and per-rule settings of workflow/rules/amel.smk.
 
 Plain functions of the validated config (``context_effects.config.validate_config``),
 so the rule file holds rules only and each helper is unit-tested. Every settings
 function returns exactly the keys its job reads, so changing another setting reruns
-nothing of that rule.
+nothing of that rule. The study's targets are its registry's files
+(``context_effects.amel.outputs.targets``): the registry imports this module, not the
+other way round.
 """
 
 from __future__ import annotations
@@ -151,12 +153,3 @@ def request_shards(config: Config) -> list[str]:
 
 def enabled(config: Config) -> bool:
     return bool(config["amel"]["enabled"] and models(config))
-
-
-def targets(config: Config) -> list[str]:
-    """Every AMEL table (CSV + LaTeX) and figure (PDF + PNG); none when the study is off."""
-    if not enabled(config):
-        return []
-    from context_effects.outputs import registry
-
-    return registry("amel").files(config)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from context_effects.amel.dag import BIAS_SCORES, PROBABILITIES
+from context_effects.amel.dag import BIAS_SCORES, PROBABILITIES, enabled
 from context_effects.dag import run_kind
 from context_effects.outputs import Built, FigureSpec, Registry, TableSpec
 
@@ -201,3 +201,8 @@ REGISTRY = Registry(
     STUDY,
     [_table_spec(n, a) for n, a in ANALYSES.items()] + [_figure_spec(n, a) for n, a in ANALYSES.items()],
 )
+
+
+def targets(config: Mapping[str, Any]) -> list[str]:
+    """Every AMEL table (CSV + LaTeX) and figure (PDF + PNG); none when the study is off."""
+    return REGISTRY.files(config) if enabled(config) else []

@@ -1,9 +1,11 @@
-"""Study H's part of the DAG: paths, targets and per-rule settings of workflow/rules/anchoring.smk.
+"""Study H's part of the DAG: paths and per-rule settings of workflow/rules/anchoring.smk.
 
 Plain functions of the validated config (``context_effects.config.validate_config``),
 so the rule file holds rules only and each helper is unit-tested. Every settings
 function returns exactly the keys its job reads, so changing another setting reruns
-nothing of that rule.
+nothing of that rule. The study's targets are its registry's files
+(``context_effects.anchoring.outputs.targets``): the registry imports this module, not the
+other way round.
 """
 
 from __future__ import annotations
@@ -86,12 +88,3 @@ def results(config: Config) -> list[str]:
 
 def enabled(config: Config) -> bool:
     return bool(config["anchoring"]["enabled"] and judges(config))
-
-
-def targets(config: Config) -> list[str]:
-    """Every judge's result file, the summary tables and the pull figure; none when the study is off."""
-    if not enabled(config):
-        return []
-    from context_effects.outputs import registry
-
-    return results(config) + registry("anchoring").files(config)

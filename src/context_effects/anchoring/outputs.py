@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from context_effects.anchoring.dag import results
+from context_effects.anchoring.dag import enabled, results
 from context_effects.dag import run_kind
 from context_effects.outputs import Built, FigureSpec, Registry, TableSpec
 
@@ -92,3 +92,8 @@ REGISTRY = Registry(
         ),
     ],
 )
+
+
+def targets(config: Mapping[str, Any]) -> list[str]:
+    """Every judge's result file, the summary tables and the pull figure; none when the study is off."""
+    return results(config) + REGISTRY.files(config) if enabled(config) else []

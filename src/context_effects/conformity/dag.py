@@ -4,7 +4,8 @@ rules only; see docs/architecture.md, "DAG helpers").
 
 Which measurement-model fits exist is decided once, by
 ``context_effects.measurement.pipeline.fit_plan``; which tables and figures exist, by
-the study registry ``context_effects.conformity.outputs.REGISTRY``.
+the study registry ``context_effects.conformity.outputs.REGISTRY``, which imports this
+module and so lists the study's targets (``outputs.targets``).
 """
 
 from __future__ import annotations
@@ -332,17 +333,3 @@ def metric_resource(config: Config, name: str) -> Callable[..., Any]:
         return res["mem_mb"](wildcards, attempt) if name == "mem_mb" else res[name]
 
     return value
-
-
-# --- targets ---------------------------------------------------------------------------
-
-
-def targets(config: Config) -> list[str]:
-    """Every file Study C produces: answers and ratings tables, per-answer quality, and
-    every table and figure of its registry."""
-    if not config["conformity"]["enabled"]:
-        return []
-    from context_effects.conformity.outputs import REGISTRY
-
-    return answers_tables(config) + ratings_tables(config) + quality_tables(config) + REGISTRY.files(config)
-

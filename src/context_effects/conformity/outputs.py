@@ -471,3 +471,11 @@ REGISTRY = Registry("conformity", [
                                                   "confidence_level"),
               build=_metrics_builder("table19"), formats={"questions": "d"}),
 ])
+
+
+def targets(config: Config) -> list[str]:
+    """Every file Study C produces: answers and ratings tables, per-answer quality, and
+    every table and figure of its registry."""
+    if not config["conformity"]["enabled"]:
+        return []
+    return dag.answers_tables(config) + dag.ratings_tables(config) + dag.quality_tables(config) + REGISTRY.files(config)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from context_effects.llm.backends.base import Backend
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import ModelRef
 
 LOCAL_BACKENDS = frozenset({"vllm"})

@@ -40,7 +40,8 @@ from context_effects.llm.ledger import Ledger
 from context_effects.llm.pricing import estimate_cost
 from context_effects.llm.replies import ReplyPolicy, accept_any, no_answer_reason
 from context_effects.llm.secrets import redact
-from context_effects.llm.store import ResponseStore, request_from_json, result_to_row, row_to_result
+from context_effects.llm.store.responses import ResponseStore
+from context_effects.llm.store.rows import request_from_json, result_to_row, row_to_result
 from context_effects.llm.types import LLMRequest, LLMResult
 from context_effects.utc import utc_now_iso
 

@@ -23,7 +23,8 @@ import pyarrow.parquet as pq
 from context_effects.llm.ledger import RUNNING, AttemptLog, Ledger
 from context_effects.llm.replies import resolve_policy
 from context_effects.llm.runner import AnswerJournal, FLUSH_EVERY, FLUSH_INTERVAL_S, StopRequested, invalid_reason, run_requests
-from context_effects.llm.store import ResponseStore, request_from_json, request_json, result_to_row
+from context_effects.llm.store.responses import ResponseStore
+from context_effects.llm.store.rows import request_from_json, request_json, result_to_row
 from context_effects.llm.types import LLMRequest
 from context_effects.utc import utc_now_iso
 

@@ -58,7 +58,7 @@ def main() -> None:
 
     from context_effects.llm.backends.openai_api import OpenAIBackend
     from context_effects.llm.shards import JobInterrupted, answer_shard
-    from context_effects.llm.store import ResponseStore
+    from context_effects.llm.store.responses import ResponseStore
 
     _warm_up()
     print("ready", flush=True)

@@ -1,7 +1,8 @@
 """Read cost of the response store's integrity checks (tests/test_llm_store_integrity.py).
 
 Builds a store of ROWS rows in segments of BATCH rows with the store module given
-(default: the package's), then times, in this process and median of REPEATS:
+(default: the package's ``context_effects.llm.store.responses``), then times, in this
+process and median of REPEATS:
 
 * ``index``  - a fresh ``ResponseStore`` scanning every segment (first read per process,
   where checksums are verified);
@@ -12,11 +13,14 @@ Times are process CPU seconds (the best of REPEATS), so that other work on a
 shared machine disturbs them little. ``--compact`` measures a compacted store
 (one segment) instead of one segment per batch.
 
-Compare two versions of the module::
+Compare with another version, given as one module file that defines ``ResponseStore``
+(a version of the store from before it became a package was one such file,
+``src/context_effects/llm/store.py``; a later version's ``responses.py`` imports its
+siblings from the installed package, so compare those from two checkouts instead)::
 
     OMP_NUM_THREADS=1 .venv/bin/python tests/faults/store/bench_read_cost.py
-    git show HEAD:src/context_effects/llm/store.py > /tmp/store_head.py
-    OMP_NUM_THREADS=1 .venv/bin/python tests/faults/store/bench_read_cost.py --module /tmp/store_head.py
+    git show <commit>:src/context_effects/llm/store.py > /tmp/store_old.py
+    OMP_NUM_THREADS=1 .venv/bin/python tests/faults/store/bench_read_cost.py --module /tmp/store_old.py
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ MODEL = ModelRef(provider="vllm", model_id="org/tiny", revision="abc123")
 
 def load(module: str | None):
     if module is None:
-        from context_effects.llm import store
+        from context_effects.llm.store import responses
 
-        return store
+        return responses
     spec = importlib.util.spec_from_file_location("store_under_test", module)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod
@@ -84,7 +88,7 @@ def build(mod, root: Path, rows: int, batch: int) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--module", help="path of a store.py to measure instead of the package's")
+    ap.add_argument("--module", help="path of a module file defining ResponseStore to measure instead of the package's")
     ap.add_argument("--rows", type=int, default=4000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=15)

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from context_effects.llm.backends.base import Backend
-from context_effects.llm.store import ResponseStore
+from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import LLMRequest, LLMResult
 
 

@@ -15,15 +15,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    # The workers of `make test` share the cores: each worker's native thread pools, and
-    # those of the jobs it starts, get its share, set before numpy, torch or JAX load.
-    from context_effects.jobs import bound_threads
-
-    _share = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    bound_threads(_share)
-    if _share == 1:
-        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
 
 
 @pytest.fixture(scope="session")

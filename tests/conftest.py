@@ -16,7 +16,6 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO

@@ -41,6 +41,7 @@ from context_effects.llm.store.segments import (
     fsync_dir,
     new_writer_id,
     parse_segment,
+    read_signed,
     read_table,
     rechunk,
     row_group_of,
@@ -91,6 +92,7 @@ class ResponseStore:
         sig = None
         try:
             with open(path, "rb") as fh:
+                # The signature survives a read that fails after the open: it is what the skip records.
                 sig = signature(os.fstat(fh.fileno()))
                 data = fh.read()
         except FileNotFoundError:
@@ -470,9 +472,7 @@ class ResponseStore:
         for name in sorted(self._list_segment_names()):
             path = self.seg_dir / name
             try:
-                with open(path, "rb") as fh:
-                    sig = signature(os.fstat(fh.fileno()))
-                    data = fh.read()
+                sig, data = read_signed(path)
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -505,9 +505,7 @@ class ResponseStore:
         for name in sorted(self._segments):
             path = self.seg_dir / name
             try:
-                with open(path, "rb") as fh:
-                    sig = signature(os.fstat(fh.fileno()))
-                    data = fh.read()
+                sig, data = read_signed(path)
             except FileNotFoundError:
                 raise RuntimeError(f"segment {name} vanished while reading (concurrent compaction?); retry") from None
             try:

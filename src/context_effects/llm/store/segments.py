@@ -357,6 +357,12 @@ def signature(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+def read_signed(path: Path) -> tuple[tuple[int, int, int, int], bytes]:
+    """A file's bytes and the signature of the file they came from (one open: the two agree)."""
+    with open(path, "rb") as fh:
+        return signature(os.fstat(fh.fileno())), fh.read()
+
+
 @dataclass
 class Segment:
     name: str

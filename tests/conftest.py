@@ -177,6 +177,11 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
+#: Module-scoped fixtures cheap enough for each worker to make its own (a scratch folder):
+#: sharing one would pin every test that uses it to one worker.
+PER_WORKER_FIXTURES = frozenset({"jax_cache"})
+
+
 def xdist_units(items) -> dict[str, str]:
     """The unit of work of each test under ``make test`` (``pytest -n N --dist loadscope``).
 
@@ -204,10 +209,6 @@ def xdist_units(items) -> dict[str, str]:
     return units
 
 
-#: Module-scoped fixtures cheap enough for each worker to make its own (a scratch folder):
-#: sharing one would pin every test that uses it to one worker.
-PER_WORKER_FIXTURES = frozenset({"jax_cache"})
-
 #: Units (or the test modules they come from) that take minutes, longest first: started
 #: first, so that the many short units fill the other worker meanwhile.
 LONG_UNITS = (SYNTHETIC_RUN_GROUP, "test_vllm_backend", "test_measurement", "test_openai_compatible_vllm",
@@ -222,13 +223,6 @@ def _rank(unit: str, module: str) -> int:
         if unit.startswith(name) or module == name:
             return i
     return len(LONG_UNITS)
-
-
-def _scheduling_units(config) -> bool:
-    """Whether this session hands out units (``make test``: ``-n 2 --dist loadscope``).
-    xdist's workers see `dist` reset to "no" and the controller's choice in the env."""
-    return getattr(config.option, "dist", "no") == "loadscope" or bool(
-        os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(UNITS_FILE_ENV))
 
 
 def pytest_configure(config):

@@ -148,13 +148,13 @@ def _write(tmp_path, text, name="cfg.yaml"):
 def test_strict_loader_keeps_plain_yaml_12_values(tmp_path):
     path = _write(tmp_path, (
         "a: true\nb: false\nc: 0.5\nd: 42\ne: ~\nf: null\ng: -3\nh: .5\ni: 1.0e+3\nj: 0x1F\n"
-        "k: text\nl: 'yes'\nm: \"012\"\nn: '2026-01-01'\no: [1, 2]\np: {q: 0}\nr: 0\ns: .inf\n"
+        "k: text\nl: 'yes'\nm: \"012\"\nn: '2026-01-01'\no: [1, 2]\np: {q: 0}\nr: 0\ns: 1.5e+3\n"
         "t: !!str no\nu: hello world\n"
     ))
     assert load_config(path) == {
         "a": True, "b": False, "c": 0.5, "d": 42, "e": None, "f": None, "g": -3, "h": 0.5, "i": 1000.0,
         "j": 31, "k": "text", "l": "yes", "m": "012", "n": "2026-01-01", "o": [1, 2], "p": {"q": 0},
-        "r": 0, "s": float("inf"), "t": "no", "u": "hello world",
+        "r": 0, "s": 1500.0, "t": "no", "u": "hello world",
     }
 
 

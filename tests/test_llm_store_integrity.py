@@ -317,13 +317,19 @@ def test_damaged_export_file_is_refused_by_import(pristine, tmp_path: Path, caps
         assert str(bad) in capsys.readouterr().err
 
 
-def test_import_of_an_export_without_checksum_warns(tmp_path: Path) -> None:
+def test_import_of_an_export_without_checksum_is_refused_unless_allowed(tmp_path: Path, capsys) -> None:
     s = ResponseStore(tmp_path / "s")
     put(s, range(3))
     plain = tmp_path / "plain.parquet"
     pq.write_table(pq.read_table(segs(s)[0]), plain)  # rewritten by another tool: digest not carried
+    target = ResponseStore(tmp_path / "t")
+    with pytest.raises(StoreDamaged, match="no checksum.*--allow-unchecked"):
+        transfer.import_file(target, plain)
+    assert len(target) == 0
+    assert store_cli.main(["import", str(target.root), str(plain)]) == 1
+    assert "--allow-unchecked" in capsys.readouterr().err
     with pytest.warns(UserWarning, match="carries no checksum"):
-        assert transfer.import_file(ResponseStore(tmp_path / "t"), plain) == 3
+        assert transfer.import_file(ResponseStore(tmp_path / "t"), plain, allow_unchecked=True) == 3
 
 
 # --------------------------------------------------------------------------- verify CLI
@@ -376,6 +382,8 @@ def install_legacy(store: ResponseStore, stamp: str) -> Path:
 def test_segments_without_checksum_are_read_unchecked_and_compact_adds_one(tmp_path: Path, capsys) -> None:
     s = ResponseStore(tmp_path / "s")
     put(s, range(3))
+    # A store made before the sealed marker existed: legacy segments are allowed in it.
+    (s.root / segments.SEALED_MARKER).unlink()
     first = install_legacy(s, "20250101T000000000000Z")
     install_legacy(s, "20250102T000000000000Z")  # same rows: a duplicate
     legacy_keys = [req(i).key for i in range(100, 103)]

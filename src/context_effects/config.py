@@ -17,7 +17,7 @@ import difflib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -206,14 +206,42 @@ def _json_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _non_finite(value: Any, path: tuple[str, ...] = ()) -> Iterator[str]:
+    """Dotted key (list items by index) of every NaN or infinite number in a loaded config."""
+    if isinstance(value, float) and not math.isfinite(value):
+        yield f"`{_dotted(path)}` = {value}"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite(item, (*path, str(key)))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _non_finite(item, (*path, str(i)))
+
+
+def _refuse_non_finite(data: Any, source: str) -> Any:
+    # `.nan`, `.inf` and `1e309` (which overflows to inf) are numbers to YAML and JSON,
+    # and every comparison with NaN is false, so a range check in the schema lets it through.
+    found = list(_non_finite(data))
+    if found:
+        raise ConfigError(
+            f"{source}: {len(found)} non-finite number(s): {'; '.join(found)}. Settings must be finite numbers "
+            "(NaN and infinity mean no setting at all, and a number beyond about 1.8e308 overflows to "
+            "infinity): write a finite value, or leave the key out for its default"
+        )
+    return data
+
+
 def load_yaml_strict(text: str, source: str = "<config>") -> Any:
     """Parse a config text as Snakemake does (JSON first, else YAML), refusing repeated
-    keys and plain scalars YAML 1.1 and 1.2 read differently; the ConfigError lists
-    every such problem as ``source:line:column: ...`` with its fix."""
+    keys, plain scalars YAML 1.1 and 1.2 read differently and non-finite numbers; the
+    ConfigError lists every such problem as ``source:line:column: ...`` (non-finite
+    numbers by dotted key) with its fix."""
     try:
-        return json.loads(text, object_pairs_hook=_json_pairs)
+        return _refuse_non_finite(json.loads(text, object_pairs_hook=_json_pairs), source)
     except _JsonDuplicate:
         pass  # json gives no position for a repeated key: the YAML reader finds it with one
+    except ConfigError:
+        raise
     except ValueError:
         pass  # not JSON: YAML, as Snakemake falls back to
     loader = _StrictLoader(text, source)
@@ -226,7 +254,18 @@ def load_yaml_strict(text: str, source: str = "<config>") -> Any:
             if len(found) == 1:
                 raise ConfigError(found[0])
             raise ConfigError(f"{source}: {len(found)} problem(s):\n" + "\n".join(f"  - {p}" for p in found))
-        return None if node is None else loader.construct_document(node)
+        return None if node is None else _refuse_non_finite(loader.construct_document(node), source)
+    except yaml.MarkedYAMLError as exc:
+        # PyYAML's message names "<unicode string>"; say which file and where, as an editor counts.
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark is not None else source
+        what = exc.problem or exc.context or "syntax error"
+        if exc.context and exc.problem:
+            opened = exc.context_mark
+            at = f" (line {opened.line + 1}, column {opened.column + 1})" if opened is not None else ""
+            what = f"{exc.context}{at}: {exc.problem}"
+        raise ConfigError(f"{where}: not valid YAML: {what}; fix the syntax there (indentation, a missing "
+                          "colon or closing bracket or quote)") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     finally:
@@ -314,6 +353,18 @@ def _dotted(path: Any) -> str:
     return ".".join(parts) if parts else "<top level>"
 
 
+def _is_finite_number(checker: Any, instance: Any) -> bool:
+    return isinstance(instance, (int, float)) and not isinstance(instance, bool) and math.isfinite(instance)
+
+
+# The schema's `number` is a finite one: settings given with `--config` bypass the
+# strict file loader, and `minimum`/`maximum` never refuse NaN (every comparison is false).
+_FiniteValidator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("number", _is_finite_number),
+)
+
+
 def _describe(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> str:
     where = _dotted(error.absolute_path)
     schema = _resolve(error.schema, root) if isinstance(error.schema, Mapping) else {}
@@ -325,6 +376,9 @@ def _describe(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> str
     if error.validator == "enum":
         allowed = ", ".join(repr(v) for v in error.validator_value)
         return f"`{where}` = {error.instance!r} is not allowed; allowed values: {allowed}"
+    if error.validator == "type" and isinstance(error.instance, float) and not math.isfinite(error.instance):
+        return (f"`{where}` = {error.instance} is not a finite number; write a finite value "
+                "(or leave the key out for its default)")
     if error.validator == "required":
         return f"`{where}`: {error.message}"
     if "propertyNames" in error.schema_path:
@@ -416,7 +470,7 @@ def validate_config(
     """
     schema = load_schema() if schema is None else schema
     filled = fill_defaults(copy.deepcopy(dict(config)), schema)
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _FiniteValidator(schema)
     errors = sorted(validator.iter_errors(filled), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     problems = [_describe(e, schema) for e in errors]
     if not problems:
@@ -443,3 +497,40 @@ def _sorted_keys(value: Any) -> Any:
     if isinstance(value, list):
         return [_sorted_keys(v) for v in value]
     return value
+
+
+def check_files(paths: Iterable[str | Path], workdir: str | Path = ".") -> dict[str, Any]:
+    """What the workflow does with ``--configfile`` files before any job: read each strictly,
+    merge them in order as Snakemake does (nested mappings merged, later files win), and
+    validate the result. Returns the validated config; ConfigError otherwise."""
+    from snakemake.utils import update_config
+
+    merged: dict[str, Any] = {}
+    for path in paths:
+        update_config(merged, load_config(path))
+    return validate_config(merged, workdir=workdir)
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """``python -m context_effects.config FILE...``: check config files without Snakemake.
+
+    Snakemake reads ``--configfile`` files itself before the workflow starts and, for a
+    YAML syntax error, says only "not valid JSON or YAML"; this names file, line and column.
+    """
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m context_effects.config", description=main.__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+", help="config files, in the order given to --configfile")
+    args = ap.parse_args(None if argv is None else list(argv))
+    try:
+        check_files(args.files)
+    except (ConfigError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"ok: {' + '.join(args.files)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

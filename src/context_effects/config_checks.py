@@ -15,6 +15,8 @@ the config files themselves and of ``resources:`` against the rule names
   are allowed — the history cycles and every request records ``history_repeats``
   (``docs/deviations.yaml``, amel-history-construction; the paper's 50-turn histories
   of the 24-item code-review domain do so) — and ``validate_config`` logs a warning.
+- ``pinned_problems`` (called by ``design_problems``): dataset files with a pinned
+  checksum whose bytes differ from it (``context_effects.pinned``).
 - ``synthetic_problems`` (called by ``design_problems``): every synthetic model's planted
   values resolve (what the schema cannot say: increasing cutpoints, ``[lo, hi]`` order),
   and the anchor scale the synthetic generators plant equals ``conformity.fit.theta_anchor``,
@@ -27,6 +29,8 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from context_effects import pinned
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +154,26 @@ def release_problems(cfg: Config, workdir: str | Path | None = None) -> list[str
     return problems
 
 
+def pinned_problems(cfg: Config, workdir: str | Path) -> list[str]:
+    """Dataset files with a pinned checksum (``context_effects.pinned``) whose bytes differ.
+    Every read checks them too (build_items); here a changed file stops the run before any job."""
+    problems: list[str] = []
+    for name, ds in cfg["datasets"].items():
+        for key, path in (("local_path", ds.get("local_path")), ("sample.path", (ds.get("sample") or {}).get("path"))):
+            if path and (Path(workdir) / path).is_file():
+                try:
+                    pinned.verify(Path(workdir) / path, shown=path)
+                except pinned.PinnedFileError as exc:
+                    problems.append(f"`datasets.{name}.{key}`: {exc}")
+    return problems
+
+
 def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]:
     """Designs the data cannot support; item files are read (relative to ``workdir``) only when it is given.
-    Includes ``synthetic_problems`` and ``release_problems``."""
+    Includes ``synthetic_problems``, ``release_problems`` and, with ``workdir``, ``pinned_problems``."""
     problems: list[str] = synthetic_problems(cfg) + release_problems(cfg, workdir)
+    if workdir is not None:
+        problems += pinned_problems(cfg, workdir)
     datasets = cfg["datasets"]
     if _anchoring_on(cfg):
         n_tasks = cfg["anchoring"]["tasks_per_dataset"]
@@ -165,6 +185,14 @@ def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]
                     f"{datasets[d]['n_items']} or raise `datasets.{d}.n_items`"
                 )
     if _amel_on(cfg):
+        from context_effects.amel.design import design_cells
+
+        try:
+            # The design's own checks (e.g. position_biased_turns <= position_history_length),
+            # here before any job rather than in the first job that builds requests.
+            design_cells(cfg["amel"])
+        except ValueError as exc:
+            problems.append(f"AMEL design: {exc}")
         for d in cfg["amel"]["benchmark_datasets"]:
             if d in datasets and _benchmark_others(cfg, d) < 1:
                 problems.append(

@@ -87,6 +87,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from context_effects import pinned
 from context_effects.conformity import release
 
 log = logging.getLogger(__name__)
@@ -303,6 +304,8 @@ def _csv_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, int, li
 
 
 def _read_local(path: Path) -> pd.DataFrame:
+    # A shipped or fetched copy with a pinned checksum must still be the pinned bytes.
+    pinned.verify(path)
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".json"):
         records, where = _read_json_records(path)
@@ -390,7 +393,7 @@ def describe_source(source: Mapping[str, Any]) -> dict[str, Any]:
     """The source plus, for local files, their sha256: what the item table came from."""
     desc = dict(source)
     if source.get("kind") == "local" and Path(source["path"]).is_file():
-        desc["sha256"] = hashlib.sha256(Path(source["path"]).read_bytes()).hexdigest()
+        desc["sha256"] = pinned.sha256_of(source["path"])
     return desc
 
 

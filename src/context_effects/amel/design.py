@@ -98,7 +98,8 @@ def design_cells(amel_cfg: Mapping[str, Any]) -> list[Cell]:
         hl, nb = int(amel_cfg["position_history_length"]), int(amel_cfg["position_biased_turns"])
         if nb > hl:
             raise ValueError(
-                f"amel.position_biased_turns ({nb}) must not exceed amel.position_history_length ({hl})"
+                f"`amel.position_biased_turns` = {nb} must not exceed `amel.position_history_length` = {hl} "
+                f"(the biased turns sit inside that history): lower the one or raise the other"
             )
         for pos in amel_cfg["positions"]:
             for cond in SATURATED:

@@ -52,7 +52,6 @@ records it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import urllib.request
@@ -62,26 +61,22 @@ from typing import Any
 
 import pandas as pd
 
+from context_effects import pinned
 from context_effects.conformity.conditions import AUTHORITY_VARIANTS, POLARITIES
 
 RELEASE_REPO = "yibo-hu-lab/Easier-to-Mislead-Than-to-Correct"
 RELEASE_COMMIT = "29feb84e37df8f08ecf9277d659dc5b3364e58c7"
 
 #: File name (as fetched to ``resources/release/``) -> path in the repository, sha256.
-#: The checksums are those of the copies described in the release's PROVENANCE notes.
+#: The checksums (``context_effects.pinned``) are those of the copies described in the
+#: release's PROVENANCE notes; every read checks them again (``read_release``).
+_RELEASE_PATHS = {
+    "truthfulqa_sample500.rq1_rq3.jsonl": "perturbed_dataset/rq1_rq3/data/truthfulqa_sample500.jsonl",
+    "arc_challenge_sample500.rq1_rq3.jsonl": "perturbed_dataset/rq1_rq3/data/arc_challenge_sample500.jsonl",
+    "mmlu_pro_sample500.rq2a.jsonl": "perturbed_dataset/rq2/rq2a/data/mmlu_pro_sample500.jsonl",
+}
 RELEASE_FILES: dict[str, dict[str, str]] = {
-    "truthfulqa_sample500.rq1_rq3.jsonl": {
-        "path": "perturbed_dataset/rq1_rq3/data/truthfulqa_sample500.jsonl",
-        "sha256": "6bc2c36ac1d0d6eccb4ff2d89dba9a995e9631a3233d357839f8c09c030e6040",
-    },
-    "arc_challenge_sample500.rq1_rq3.jsonl": {
-        "path": "perturbed_dataset/rq1_rq3/data/arc_challenge_sample500.jsonl",
-        "sha256": "af25d7b482f84df20374c6683dc43a781c79d42149973f3972fb3395cbb9d246",
-    },
-    "mmlu_pro_sample500.rq2a.jsonl": {
-        "path": "perturbed_dataset/rq2/rq2a/data/mmlu_pro_sample500.jsonl",
-        "sha256": "5ea1ad208a4aca6231e34d6b594011476c96650fee96897ece831a98b8979374",
-    },
+    name: {"path": path, "sha256": pinned.RELEASE_SHA256[name]} for name, path in _RELEASE_PATHS.items()
 }
 FETCH_DIR = "resources/release"
 #: Wildcard constraint of the fetch_release rule: exactly the known file names.
@@ -110,12 +105,7 @@ def release_url(name: str) -> str:
     return f"https://raw.githubusercontent.com/{RELEASE_REPO}/{RELEASE_COMMIT}/{RELEASE_FILES[name]['path']}"
 
 
-def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+sha256_of = pinned.sha256_of
 
 
 def fetch(name: str, out: str | Path) -> None:
@@ -145,7 +135,9 @@ def sample_input(config: Mapping[str, Any], dataset: str) -> list[str]:
 
 
 def read_release(path: str | Path) -> list[dict[str, Any]]:
-    """Every row of a release file (JSON lines), checked for the fields this module reads."""
+    """Every row of a release file (JSON lines), checked against its pinned sha256 (a
+    pinned name: ``context_effects.pinned``) and for the fields this module reads."""
+    pinned.verify(path)
     rows: list[dict[str, Any]] = []
     for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():

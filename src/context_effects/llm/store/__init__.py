@@ -5,6 +5,8 @@ Layout::
     <root>/segments/seg-<UTC time>-<host>-<pid>-<uuid>-<n>.parquet
     <root>/quarantine/<segment>            damaged segments, moved aside
     <root>/quarantine/<segment>.json       why, when, by whom, and which keys it held
+    <root>/quarantine/cleared/             quarantined segments of unknown content, set aside by `clear`
+    <root>/sealed.json                     marker: every segment of this store carries a checksum
 
 Every writer (one Snakemake job) writes its own immutable segment per completed
 batch: first under a hidden temp name, fsynced, then ``os.replace``d into place.
@@ -23,7 +25,16 @@ mismatch, truncated, unreadable) is moved to ``quarantine/`` with a note and
 named in a warning: its rows become store misses, so a normal rerun answers them
 again and replay mode reports them as misses. Segments written before checksums
 existed are read unchecked (one warning per process); ``compact`` rewrites them
-with checksums.
+with checksums. A store whose segments all carry a checksum is marked so
+(``sealed.json``, written at creation, at the first open of a store with checksummed
+segments only, and after a compaction); in a marked store a segment without a
+checksum is damage (a stripped checksum, e.g. a file rewritten with one answer
+changed) and is quarantined like any other. An export without a checksum is
+refused by ``import`` unless ``--allow-unchecked`` says it predates checksums.
+
+A quarantined segment whose keys cannot be read back (a zero-byte file) keeps
+``verify`` from reporting clean, since the store cannot tell whether a rerun
+answered its rows; after the rerun, ``clear`` moves it to ``quarantine/cleared/``.
 
 Duplicate keys (two jobs racing on the same request) are harmless: the row from
 the segment whose name sorts first wins, so every reader and ``compact`` agree.
@@ -48,8 +59,9 @@ Modules, each importing only those listed before it:
 CLI (for reviewers replaying a finished run with zero model calls)::
 
     python -m context_effects.llm.store export ROOT OUT.parquet [--skip-damaged]
-    python -m context_effects.llm.store import ROOT IN.parquet
+    python -m context_effects.llm.store import ROOT IN.parquet [--allow-unchecked]
     python -m context_effects.llm.store verify ROOT [--quarantine]
     python -m context_effects.llm.store stats ROOT
     python -m context_effects.llm.store compact ROOT
+    python -m context_effects.llm.store clear ROOT SEGMENT
 """

@@ -24,8 +24,10 @@ import pyarrow.parquet as pq
 
 from context_effects.llm.store.rows import COLUMNS, SCHEMA, result_to_row, row_to_result
 from context_effects.llm.store.segments import (
+    CLEARED_DIR,
     MAX_SEGMENT_ROWS,
     QUARANTINE_DIR,
+    SEALED_MARKER,
     SEGMENT_DIR,
     SEGMENT_NAME_RE,
     STALE_TMP_S,
@@ -65,8 +67,12 @@ class ResponseStore:
         self.root = Path(root)
         self.seg_dir = self.root / SEGMENT_DIR
         self.quarantine_dir = self.root / QUARANTINE_DIR
+        self._create = create
         if create:
             self.seg_dir.mkdir(parents=True, exist_ok=True)
+        # Whether this store holds only checksummed segments (SEALED_MARKER): read at every
+        # refresh and verify, so a marker another process wrote counts at once.
+        self._sealed = False
         self._index: dict[str, tuple[str, int]] = {}
         self._segments: dict[str, Segment] = {}
         # Damaged or unreadable segments that could not be moved aside (e.g. a
@@ -103,6 +109,7 @@ class ResponseStore:
             return None
         try:
             checked, starts, keys = parse_segment(data)
+            self._require_checksum(checked)
         except Damaged as exc:
             self._quarantine(name, str(exc), sig, data)
             return None
@@ -135,10 +142,36 @@ class ResponseStore:
     def _quarantine_if_damaged(self, name: str, sig: tuple[int, int, int, int], data: bytes) -> None:
         """Quarantine segment ``name`` and raise ``_Moved`` when ``data`` is not a whole segment."""
         try:
-            parse_segment(data)
+            self._require_checksum(parse_segment(data)[0])
         except Damaged as exc:
             self._quarantine(name, str(exc), sig, data)
             raise _Moved(name) from None
+
+    # ----------------------------------------------------------------- sealing
+
+    def _read_marker(self) -> None:
+        self._sealed = (self.root / SEALED_MARKER).is_file()
+
+    def _require_checksum(self, checked: bool) -> None:
+        """Damaged if a segment has no checksum in a store whose segments all have one."""
+        if not checked and self._sealed:
+            raise Damaged(
+                f"no checksum, although every segment of this store carries one ({SEALED_MARKER}): the "
+                "checksum was stripped, or the file was rewritten by a tool other than the store"
+            )
+
+    def _seal_if_all_checked(self) -> None:
+        """Write the marker once every segment in place carries a checksum: at creation (no
+        segments), in a store written by checksumming code only, or after a compaction."""
+        if self._sealed or not self._create or self._bad or not all(s.checked for s in self._segments.values()):
+            return
+        note = {"segments": "every segment carries the sha256 of its own bytes; one without is damaged",
+                "since": utc_now_iso(), "by": f"{socket.gethostname()} pid {os.getpid()}"}
+        try:
+            atomic_write_text(json.dumps(note, indent=1) + "\n", self.root / SEALED_MARKER)
+        except OSError:
+            return  # a read-only store stays as it is; its legacy segments keep being read unchecked
+        self._sealed = True
 
     def _quarantine(self, name: str, reason: str, sig: tuple[int, int, int, int] | None, data: bytes | None) -> Damage:
         """Move a damaged segment to ``quarantine/`` with a note; safe when several processes race.
@@ -210,6 +243,7 @@ class ResponseStore:
 
     def refresh(self, *, full: bool = False) -> int:
         """Pick up segments written since the last scan; return how many were added."""
+        self._read_marker()
         names = self._list_segment_names()
         if full or any(n not in names for n in self._segments):
             # Segments vanished (a compaction, a quarantine): rows moved, so the index is stale.
@@ -235,6 +269,7 @@ class ResponseStore:
             if keys is not None:
                 self._add_keys(name, keys)
                 added += 1
+        self._seal_if_all_checked()
         if not self._loaded:
             self._warn_quarantined()
         self._loaded = True
@@ -423,7 +458,9 @@ class ResponseStore:
     def _quarantined(self, present: Any) -> list[Quarantined]:
         try:
             names = sorted(
-                n for n in os.listdir(self.quarantine_dir) if not n.endswith(".json") and not n.startswith(TMP_PREFIX)
+                n
+                for n in os.listdir(self.quarantine_dir)
+                if not n.endswith(".json") and not n.startswith(TMP_PREFIX) and n != CLEARED_DIR
             )
         except FileNotFoundError:
             return []
@@ -450,6 +487,39 @@ class ResponseStore:
                 out.append(Damage(q.segment, q.path, f"{q.reason}; {q.status()}"))
         return out
 
+    def clear(self, segment: str) -> Quarantined:
+        """Set aside a quarantined segment whose rows are unknown (a zero-byte or unreadable
+        file), after the runs that use this store have been rerun: they answer every miss
+        again, but no one can tell from the store whether the lost rows were among them.
+        Its file and note move to ``quarantine/cleared/``; nothing is deleted. A segment
+        whose rows are known is never cleared: its missing rows are named, and a rerun
+        answers them (then it reads as resolved)."""
+        self._ensure()
+        entry = next((q for q in self._quarantined(self._index.keys()) if segment in (q.segment, Path(q.path).name)),
+                     None)
+        if entry is None:
+            raise ValueError(f"no quarantined segment {segment!r} in {self.quarantine_dir}")
+        if entry.keys is not None:
+            raise ValueError(
+                f"{entry.path}: its rows are known ({entry.status()}); it is not cleared by hand: "
+                + ("it is already resolved" if entry.resolved else "rerun the workflow, which answers them again")
+            )
+        dest_dir = self.quarantine_dir / CLEARED_DIR
+        dest_dir.mkdir(exist_ok=True)
+        src = Path(entry.path)
+        note_src = src.with_name(src.name + ".json")
+        try:
+            note = json.loads(note_src.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            note = {"segment": entry.segment, "reason": entry.reason}
+        note.update(cleared_at=utc_now_iso(), cleared_by=f"{socket.gethostname()} pid {os.getpid()}")
+        atomic_write_text(json.dumps(note, indent=1) + "\n", dest_dir / note_src.name)
+        os.rename(src, dest_dir / src.name)
+        note_src.unlink(missing_ok=True)
+        fsync_dir(dest_dir)
+        fsync_dir(self.quarantine_dir)
+        return entry
+
     def lost_answer_hint(self, key: str) -> str:
         """Where a miss's answer went if a damaged segment held it (for the replay miss message)."""
         entries = self._quarantined(())
@@ -469,6 +539,7 @@ class ResponseStore:
         """
         report = VerifyReport()
         present: set[str] = set()
+        self._read_marker()
         for name in sorted(self._list_segment_names()):
             path = self.seg_dir / name
             try:
@@ -480,6 +551,7 @@ class ResponseStore:
                 continue
             try:
                 checked, _, keys = parse_segment(data)
+                self._require_checksum(checked)
             except Damaged as exc:
                 if quarantine:
                     report.damaged.append(self._quarantine(name, str(exc), sig, data))
@@ -509,7 +581,8 @@ class ResponseStore:
             except FileNotFoundError:
                 raise RuntimeError(f"segment {name} vanished while reading (concurrent compaction?); retry") from None
             try:
-                _, table = read_table(data)
+                checked, table = read_table(data)
+                self._require_checksum(checked)
             except Damaged as exc:
                 damage = self._quarantine(name, str(exc), sig, data)
                 if skipped is None:

@@ -29,6 +29,13 @@ from context_effects.llm.store.rows import COLUMNS, SCHEMA, STORE_FORMAT, confor
 
 SEGMENT_DIR = "segments"
 QUARANTINE_DIR = "quarantine"
+# Resolved quarantined segments of unknown content, set aside by `store clear`.
+CLEARED_DIR = "cleared"
+# A store-level marker: every segment of this store carries a checksum. Written when a
+# store is created (or first found with checksummed segments only, or compacted); from
+# then on a segment without a checksum is damage (its checksum was stripped, e.g. by a
+# tool that rewrote the file), not a segment written before checksums existed.
+SEALED_MARKER = "sealed.json"
 SEGMENT_NAME_RE = re.compile(r"^seg-.+\.parquet$")
 STAMP_RE = re.compile(r"^\d{8}T\d{12}Z$")
 TMP_PREFIX = ".tmp-"
@@ -97,7 +104,12 @@ class Quarantined:
 
     def status(self) -> str:
         if self.keys is None:
-            return "rows unknown (its keys could not be read back intact): cannot tell whether they were answered again"
+            root = Path(self.path).parent.parent
+            return (
+                "rows unknown (its keys could not be read back intact): a rerun answers every miss again, but the "
+                "store cannot tell whether these rows were among them; once the workflow has been rerun, "
+                f"`python -m context_effects.llm.store clear {root} {self.segment}` sets it aside"
+            )
         if self.missing:
             return f"{self.missing} of its {len(self.keys)} rows are not in the store"
         return f"resolved: all {len(self.keys)} of its rows were answered again"

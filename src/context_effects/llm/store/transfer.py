@@ -57,14 +57,17 @@ def export(store: ResponseStore, path: str | os.PathLike[str], *, skipped: list[
     return rows
 
 
-def import_file(store: ResponseStore, path: str | os.PathLike[str], *, verify_keys: bool = True) -> int:
+def import_file(
+    store: ResponseStore, path: str | os.PathLike[str], *, verify_keys: bool = True, allow_unchecked: bool = False
+) -> int:
     """Add the rows of an exported file to ``store`` (keys already present are skipped); return rows added.
 
-    The file's checksum is checked first (a damaged file is refused whole,
-    :class:`StoreDamaged`; one exported before checksums is accepted with a
-    warning). With ``verify_keys`` every row's key is recomputed from its
-    stored request, so an edited or mislabelled file cannot plant answers
-    under the wrong request.
+    The file's checksum is checked first: a damaged file is refused whole
+    (:class:`StoreDamaged`), and so is one without a checksum, which is what a
+    file rewritten with one answer changed looks like; ``allow_unchecked`` accepts
+    it with a warning (an export made before checksums existed). With
+    ``verify_keys`` every row's key is recomputed from its stored request, so an
+    edited or mislabelled file cannot plant answers under the wrong request.
     """
     store.refresh()
     path = Path(path)
@@ -72,6 +75,10 @@ def import_file(store: ResponseStore, path: str | os.PathLike[str], *, verify_ke
         checked = check_file(path, foreign_ok=True)
     except Damaged as exc:
         raise StoreDamaged(f"cannot import {path}", [Damage(path.name, str(path), str(exc))]) from None
+    if not checked and not allow_unchecked:
+        raise StoreDamaged(f"cannot import {path}", [Damage(path.name, str(path), (
+            "no checksum: exports carry one, so this file was rewritten (an edited answer would go unnoticed) or "
+            "exported before checksums existed; if you know it is the latter, import it with --allow-unchecked"))])
     if not checked:
         warnings.warn(
             f"{path} carries no checksum (exported before checksums, or rewritten): damage to its answers "

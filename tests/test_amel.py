@@ -32,7 +32,7 @@ from context_effects.amel.scores import (
     parse_verdict,
     probabilities,
 )
-from context_effects.config import validate_config
+from context_effects.config import load_config, validate_config
 from context_effects.outputs import FigureSpec, TableSpec
 from context_effects.amel.synthetic import amel_expected_bias_score, amel_p_yes
 from context_effects.llm.backends.synthetic import planted_effects
@@ -182,6 +182,22 @@ def test_design_cells_and_verdict_sequences():
         others = rest
 
 
+def test_the_paper_share_is_exact_at_every_length_and_an_inexact_one_is_named(caplog):
+    from context_effects.config_checks import saturation_shares
+
+    paper = validate_config(load_config(REPO / "config" / "config.yaml"))["amel"]
+    assert saturation_shares(paper) == {5: 0.8, 10: 0.8, 20: 0.8, 50: 0.8}
+    cells = [c for c in design_cells(paper) if c.condition == "yes_saturated" and c.position is None]
+    assert {(c.k, c.n_biased) for c in cells} == {(5, 4), (10, 8), (20, 16), (50, 40)}
+    with caplog.at_level("WARNING"):
+        amel_config(history_lengths=[5, 10, 20, 50], saturation_share=0.9)
+    assert "k = 5: 0.80, k = 10: 0.90, k = 20: 0.90, k = 50: 0.90" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        amel_config(history_lengths=[5, 10, 20, 50], saturation_share=0.8)
+    assert "saturation_share" not in caplog.text
+
+
 def test_only_manipulated_turns_differ_byte_for_byte():
     a = amel_config(history_lengths=[3, 6], position_history_length=6, position_biased_turns=2,
                     framing_history_lengths=[3], saturation_share=0.7)["amel"]
@@ -312,6 +328,24 @@ def test_bias_score_entropy_and_congruence_by_hand():
     assert binary_entropy([0.0, 0.5, 1.0]).tolist() == [0.0, 1.0, 0.0]
 
 
+def test_a_sampled_baseline_is_deterministic_only_when_every_sample_agrees():
+    """2 dissenters in 20 samples (P = 0.1, H = 0.47 bits) pass the 0.5-bit threshold that was
+    set for first-token probabilities; for sampled answers that item is uncertain."""
+    rows = []
+    for method in ("samples", "first_token"):
+        for item, p_base in (("two-dissent", 0.1), ("all-agree", 1.0), ("one-dissent", 0.95)):
+            rows += [dict(model="m", domain="d", item_id=item, answer="Yes", cell=c, framing="standard",
+                          condition=cond, k=k, n_biased=k, position=None, method=method, p_yes=p)
+                     for c, cond, k, p in (("standard:baseline", "baseline", 0, p_base),
+                                           ("standard:no_saturated:k5", "no_saturated", 5, 0.5))]
+    bs = bias_scores(pd.DataFrame(rows), {"m": model_cfg(backend="vllm", model_id="m", family="fam", params_b=7)},
+                     entropy_threshold_bits=0.5)
+    got = bs.set_index(["method", "item_id"])["stratum"]
+    assert got[("samples", "two-dissent")] == "uncertain" and got[("first_token", "two-dissent")] == "deterministic"
+    assert got[("samples", "one-dissent")] == "uncertain" and got[("first_token", "one-dissent")] == "deterministic"
+    assert got[("samples", "all-agree")] == "deterministic" == got[("first_token", "all-agree")]
+
+
 # ----------------------------------------------------------------------------- statistics
 
 
@@ -354,9 +388,21 @@ def test_statistics_match_scipy_and_statsmodels():
     assert (fit["ci_low"], fit["ci_high"]) == pytest.approx(tuple(ci))
     assert fit["ci_high"] == pytest.approx(lin.slope + tq * lin.stderr)
 
-    f, fp = stats.anova([X[:4], X[4:8], X[8:]])
-    ref = sps.f_oneway(X[:4], X[4:8], X[8:])
-    assert (f, fp) == pytest.approx((ref.statistic, ref.pvalue))
+    # Repeated measures: 4 items (rows) at 3 positions (columns), against statsmodels' AnovaRM.
+    from statsmodels.stats.anova import AnovaRM
+
+    wide = np.column_stack([X[:4], X[4:8], X[8:]])
+    rm = stats.rm_anova(wide)
+    long = pd.DataFrame([(i, j, wide[i, j]) for i in range(4) for j in range(3)], columns=["item", "pos", "bs"])
+    ref = AnovaRM(long, "bs", "item", within=["pos"]).fit().anova_table.iloc[0]
+    assert (rm["F"], rm["p"], rm["df_num"], rm["df_den"]) == pytest.approx(
+        (ref["F Value"], ref["Pr > F"], ref["Num DF"], ref["Den DF"]))
+    # Between-item spread leaves the error term: adding an item constant changes nothing,
+    # where a one-way ANOVA of the same numbers would lose power.
+    shifted = wide + np.array([[5.0], [-3.0], [0.0], [9.0]])
+    assert stats.rm_anova(shifted)["F"] == pytest.approx(rm["F"])
+    assert sps.f_oneway(*shifted.T).pvalue > rm["p"]
+    assert stats.rm_anova(np.vstack([wide, [np.nan, 1.0, 2.0]]))["n"] == 4  # an item without every position is left out
 
     assert math.isnan(stats.one_sample([0.1])["t"]) and math.isnan(stats.spearman([1, 1, 1], [1, 2, 3])[0])
     assert stats.ratio(-0.3, -0.2) == pytest.approx(1.5) and stats.ratio(0.1, 0) == math.inf
@@ -406,6 +452,18 @@ def test_tables_on_fixed_data_use_the_item_as_the_unit():
     assert (got["slope_se"], got["slope_p"]) == pytest.approx((fit.bse[1], fit.pvalues[1]))
     assert got["rho"] == pytest.approx(sps.spearmanr(K, X).statistic) and got["n_items"] == 4
     assert set(items) == set(bs["item_id"])
+    # Congruence: with both polarities an item has congruent and incongruent cells (rows with
+    # i % 3 != 0 are congruent here): the paired t of its two means, not Welch across items.
+    cong = analysis_table("congruence", bs, {})
+    cong = cong[cong["basis"] == "truth"].set_index(["scope", "group", "items"])
+    a = np.array([np.concatenate([[X[i], Y[i]] for i in range(j, 12, 4) if i % 3]).mean() for j in range(4)])
+    b = np.array([np.concatenate([[X[i], Y[i]] for i in range(j, 12, 4) if not i % 3]).mean() for j in range(4)])
+    ref = sps.ttest_rel(a, b)
+    diff = cong.loc[("overall", "all", "congruent - incongruent")]
+    assert diff["test"] == "paired t (per item)" and diff["n"] == 4
+    assert (diff["mean_bs"], diff["t"], diff["p"]) == pytest.approx(((a - b).mean(), ref.statistic, ref.pvalue))
+    assert sps.ttest_ind(a, b, equal_var=False).pvalue != pytest.approx(ref.pvalue)  # the readings differ
+    assert cong.loc[("polarity", "yes", "congruent - incongruent"), "test"] == "Welch t"
 
 
 # ----------------------------------------------------------------------------- planted recovery
@@ -457,6 +515,8 @@ def test_analysis_recovers_planted_amel_effects(tmp_path):
     assert asym.loc[("overall", "all"), "ratio"] > 1.3 and asym.loc[("overall", "all"), "p"] < 1e-10
     length = overall(a["length"]).iloc[0]
     assert length["rho"] < 0 and length["slope_ci_high"] < 0  # planted f(k) grows with k
+    assert length["prevailing_share_by_k"] == "5:1.00 20:1.00 50:1.00"  # the schema default share, at every k
+    assert asym.loc[("k", "20"), "prevailing_share"] == 1.0 and np.isnan(asym.loc[("overall", "all"), "prevailing_share"])
     pos = overall(a["position"]).set_index("position")
     assert pos.loc["end", "mean_bs"] < pos.loc["middle", "mean_bs"] < pos.loc["start", "mean_bs"]  # recency weights
     assert pos.loc["ANOVA", "p"] < 0.01

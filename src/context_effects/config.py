@@ -479,6 +479,7 @@ def validate_config(
         problems = config_checks.design_problems(filled, workdir)
     if not problems:
         config_checks.warn_history_shortfalls(filled, workdir)
+        config_checks.warn_saturation_shares(filled)
     if problems:
         listing = "\n".join(f"  - {p}" for p in problems)
         raise ConfigError(f"invalid configuration ({len(problems)} problem(s)):\n{listing}")

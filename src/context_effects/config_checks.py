@@ -239,3 +239,27 @@ def warn_history_shortfalls(cfg: Config, workdir: str | Path | None = None) -> N
             "if that is not intended",
             domain, k, n,
         )
+
+
+def saturation_shares(amel: Config) -> dict[int, float]:
+    """Realised share of prevailing turns at each saturated history length k."""
+    from context_effects.amel.design import n_prevailing
+
+    ks = set(amel["history_lengths"]) | (set(amel["framing_history_lengths"]) if amel["framing_swap"] else set())
+    share = float(amel["saturation_share"])
+    return {int(k): n_prevailing(int(k), share) / int(k) for k in sorted(ks) if int(k) > 0}
+
+
+def warn_saturation_shares(cfg: Config) -> None:
+    """A saturation share that is not a whole number of turns at every k is rounded, so the
+    realised share differs between lengths and confounds share with length."""
+    if not _amel_on(cfg):
+        return
+    shares = saturation_shares(cfg["amel"])
+    if len({round(s, 9) for s in shares.values()}) > 1:
+        log.warning(
+            "AMEL: `amel.saturation_share` = %g is not a whole number of turns at every history length, so the "
+            "realised share differs between lengths (%s), which confounds share with length; choose a share "
+            "exact at every k (0.8 for k = 5, 10, 20, 50). The tables print the realised share per k.",
+            cfg["amel"]["saturation_share"], ", ".join(f"k = {k}: {s:.2f}" for k, s in shares.items()),
+        )

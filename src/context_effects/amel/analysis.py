@@ -213,8 +213,18 @@ def asymmetry_table(bs: pd.DataFrame) -> pd.DataFrame:
     """Negativity asymmetry |BS(no-sat)| / |BS(yes-sat)|, paired per item (mean over its k's first)."""
     rows = []
     for scope, group, part in _scopes(main_rows(bs), ("model", "k")):
-        rows.append(_asymmetry_row(scope, group, polarity_pairs(part, UNIT)))
+        share = float(part["prevailing_share"].iloc[0]) if scope == "k" and "prevailing_share" in part else np.nan
+        rows.append({**_asymmetry_row(scope, group, polarity_pairs(part, UNIT)), "prevailing_share": share})
     return pd.DataFrame(rows)
+
+
+def _shares_by_k(part: pd.DataFrame) -> str:
+    """The realised share of prevailing turns at each k ("5:0.80 50:0.80"): a share that
+    differs between lengths would confound share with length."""
+    if "prevailing_share" not in part or not len(part):
+        return ""
+    shares = part.groupby("k", sort=True)["prevailing_share"].first()
+    return " ".join(f"{int(k)}:{s:.2f}" for k, s in shares.items())
 
 
 @by_method
@@ -233,6 +243,7 @@ def length_table(bs: pd.DataFrame) -> pd.DataFrame:
                 "n": fit["n"],
                 "n_items": int(part[UNIT].drop_duplicates().shape[0]),
                 "k_values": " ".join(str(int(k)) for k in sorted(part["k"].unique())),
+                "prevailing_share_by_k": _shares_by_k(part),
                 "rho": rho,
                 "rho_p": rho_p,
                 "slope": fit["slope"],
@@ -247,29 +258,33 @@ def length_table(bs: pd.DataFrame) -> pd.DataFrame:
 
 @by_method
 def position_table(bs: pd.DataFrame) -> pd.DataFrame:
-    """BS of the biased block at each position (item means), and a one-way ANOVA across positions."""
+    """BS of the biased block at each position (item means), and a repeated-measures ANOVA
+    across positions (each item is asked at every position: ``n`` counts the items with all)."""
     df = position_rows(bs)
     rows = []
     for scope, group, part in _scopes(df, ("model", "polarity")):
         present = [p for p in POSITIONS if (part["position"] == p).any()]
         for pos in present:
-            rows.append({**_effect_row(scope, group, part[part["position"] == pos], position=pos), "F": np.nan})
+            rows.append({**_effect_row(scope, group, part[part["position"] == pos], position=pos), "F": np.nan,
+                         "test": "one-sample t"})
         means = item_means(part, by=["position"])
-        f, p = stats.anova([means.loc[means["position"] == pos, "bs"] for pos in present])
+        wide = means.pivot_table(index=UNIT, columns="position", values="bs").reindex(columns=present)
+        rm = stats.rm_anova(wide.to_numpy())
         rows.append(
             {
                 "scope": scope,
                 "group": group,
                 "position": "ANOVA",
-                "n": int(means["bs"].notna().sum()),
+                "n": rm["n"],
                 "n_rows": int(part["bs"].notna().sum()),
                 "mean_bs": np.nan,
                 "ci_low": np.nan,
                 "ci_high": np.nan,
                 "d": np.nan,
                 "t": np.nan,
-                "p": p,
-                "F": f,
+                "p": rm["p"],
+                "F": rm["F"],
+                "test": f"repeated-measures ANOVA, F({rm['df_num']:g}, {rm['df_den']:g})",
             }
         )
     return pd.DataFrame(rows)
@@ -327,9 +342,25 @@ def congruence_table(bs: pd.DataFrame) -> pd.DataFrame:
                         "test": "one-sample t",
                     }
                 )
-            w = _welch_items(part[flag], part[~flag])
-            rows.append(_welch_row(scope, group, w, basis=basis, items="congruent - incongruent"))
+            rows.append(_congruence_difference(scope, group, part, flag, basis=basis,
+                                               items="congruent - incongruent"))
     return pd.DataFrame(rows)
+
+
+def _congruence_difference(scope: str, group: str, part: pd.DataFrame, flag: pd.Series,
+                           **labels: Any) -> dict[str, Any]:
+    """Congruent minus incongruent BS. With both polarities in the scope an item has a
+    congruent and an incongruent cell, so the comparison is within item (paired t of its
+    two means over the items with both); with one polarity an item is one or the other,
+    and different items are compared (Welch)."""
+    if part["polarity"].nunique() < 2:
+        return _welch_row(scope, group, _welch_items(part[flag], part[~flag]), **labels)
+    a = item_means(part[flag]).set_index(UNIT)["bs"]
+    b = item_means(part[~flag]).set_index(UNIT)["bs"]
+    both = a.to_frame("a").join(b.to_frame("b"), how="inner")
+    p = stats.paired(both["a"], both["b"])
+    return {"scope": scope, "group": group, **labels, "n": p["n"], "mean_bs": p["diff"], "ci_low": np.nan,
+            "ci_high": np.nan, "d": p["d_z"], "t": p["t"], "p": p["p"], "test": "paired t (per item)"}
 
 
 @by_method

@@ -67,7 +67,7 @@ ANALYSES: dict[str, Analysis] = {
     ),
     "position": Analysis(
         "Position of the biased turns inside an otherwise balanced history: mean BS per position and a "
-        "one-way ANOVA across positions. " + _COMMON,
+        "repeated-measures ANOVA across positions (each item is asked at every position). " + _COMMON,
     ),
     "framing": Analysis(
         "Negativity asymmetry under the framing swap (Yes and No trade meanings): persistence in the swapped "

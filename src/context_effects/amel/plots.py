@@ -211,7 +211,7 @@ def position_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
     _mean_lines(ax, df, "position", order=order)
     an = table[(table["scope"] == "overall") & (table["position"] == "ANOVA")]
     p = float(an["p"].iloc[0]) if len(an) else float("nan")
-    ax.set_title(f"BS by position of the biased turns\n(ANOVA p = {p:.2g})")
+    ax.set_title(f"BS by position of the biased turns\n(repeated-measures ANOVA p = {p:.2g})")
     ax.set_xlabel("position of the biased turns")
     _note(fig, note)
     return fig

@@ -31,8 +31,9 @@ Baseline entropy
 ----------------
 ``H = -p log2 p - (1 - p) log2 (1 - p)`` of the baseline P(Yes) (bits; 0 =
 deterministic, 1 = maximally uncertain), per item x model x framing. An item
-is in the ``deterministic`` stratum when H < ``entropy_threshold_bits``,
-``uncertain`` otherwise (with sampling, all-agreeing samples give H = 0).
+is in the ``deterministic`` stratum when H < ``entropy_threshold_bits`` for
+first-token probabilities, and when every sample agreed (H = 0) for sampled
+answers; ``uncertain`` otherwise.
 """
 
 from __future__ import annotations
@@ -244,10 +245,15 @@ def bias_scores(
     treat["shift"] = treat["p_yes"] - treat["p_yes_baseline"]
     treat["baseline_entropy"] = binary_entropy(treat["p_yes_baseline"])
     treat.loc[treat["p_yes_baseline"].isna(), "baseline_entropy"] = np.nan
+    # Sampled answers: deterministic means every sample agreed (H = 0). The bit threshold
+    # was chosen for first-token probabilities; with n samples it would call 2 dissenters
+    # in 20 (H = 0.47 bits) deterministic.
+    sampled = (treat["method"] == "samples").to_numpy()
+    deterministic = np.where(
+        sampled, treat["p_yes_baseline"].isin([0.0, 1.0]), treat["baseline_entropy"] < entropy_threshold_bits
+    )
     treat["stratum"] = np.where(
-        treat["baseline_entropy"].isna(),
-        None,
-        np.where(treat["baseline_entropy"] < entropy_threshold_bits, "deterministic", "uncertain"),
+        treat["baseline_entropy"].isna(), None, np.where(deterministic, "deterministic", "uncertain")
     )
     prevailing = np.where(treat["condition"] == "yes_saturated", "Yes", "No")
     # Congruent: the history's prevailing verdict is the correct one for this item

@@ -16,14 +16,17 @@ Conventions (stated because the seed paper does not spell them out):
   needs the rows, has a cluster-robust SE by item.
 * Length: Spearman's rho (of the rows) and the OLS slope of BS on k
   (statsmodels, with its t-test and CI).
-* Position: one-way ANOVA across positions.
+* Position: every item is asked with the biased block at each position, so a
+  one-way repeated-measures ANOVA of the item means (items with every position).
+* Congruence: where an item has congruent and incongruent cells (both polarities
+  in the scope), the paired t of its two means; a scope of one polarity compares
+  different items (Welch).
 Fewer than two values give NaN statistics, never an exception.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -146,13 +149,30 @@ def ols_slope(x: Any, y: Any, level: float = 0.95, groups: Any = None) -> dict[s
     return out
 
 
-def anova(groups: Sequence[Any]) -> tuple[float, float]:
-    """One-way ANOVA F and p over the groups with at least two values."""
-    gs = [g for g in (_clean(g) for g in groups) if len(g) >= 2]
-    if len(gs) < 2 or all(np.ptp(g) == 0 for g in gs):
-        return NAN, NAN
-    res = stats.f_oneway(*gs)
-    return float(res.statistic), float(res.pvalue)
+def rm_anova(wide: Any) -> dict[str, float]:
+    """One-way repeated-measures ANOVA of a subjects x conditions array (rows with a
+    missing value dropped): F, its degrees of freedom and p. Each subject (an item) is
+    measured in every condition (position), so between-item variance leaves the error term."""
+    a = np.asarray(wide, dtype=float)
+    out = {"n": 0, "F": NAN, "df_num": NAN, "df_den": NAN, "p": NAN}
+    if a.ndim != 2 or a.shape[1] < 2:
+        return out
+    a = a[np.isfinite(a).all(axis=1)]
+    n, k = a.shape
+    out["n"] = n
+    if n < 2:
+        return out
+    grand = a.mean()
+    ss_cond = n * float(((a.mean(axis=0) - grand) ** 2).sum())
+    ss_subj = k * float(((a.mean(axis=1) - grand) ** 2).sum())
+    ss_err = float(((a - grand) ** 2).sum()) - ss_cond - ss_subj
+    df_num, df_den = k - 1, (n - 1) * (k - 1)
+    out.update(df_num=df_num, df_den=df_den)
+    if ss_err <= 1e-15 * max(1.0, ss_cond):
+        return out
+    f = (ss_cond / df_num) / (ss_err / df_den)
+    out.update(F=float(f), p=float(stats.f.sf(f, df_num, df_den)))
+    return out
 
 
 def ratio(num: float, den: float) -> float:

@@ -142,17 +142,20 @@ def test_select_items_balanced_tests_and_pool_order():
     pd.testing.assert_frame_equal(items, select_items(sim_items(40, groups_of=2).sample(frac=1, random_state=3), 10, 1))
 
 
-def test_histories_skip_own_group_and_share_prefix():
+def test_histories_are_drawn_per_item_skip_its_group_and_nest_across_lengths():
     dom = DomainItems(select_items(sim_items(60, groups_of=2), 10, seed=2))
     tests = [r["item_id"] for r in dom.rows if r["is_test"]]
-    hists = [dom.history(t, 20) for t in tests]
+    hists = [dom.history(t, 20, seed=2) for t in tests]
     for t, (picks, repeats) in zip(tests, hists):
-        assert repeats == 0
+        assert repeats == 0 and len(set(picks)) == 20
         assert all(dom.rows[p]["group"] != dom.row(t)["group"] for p in picks)
-    # Enough items: every test item gets the very same history.
-    assert all(h[0] == hists[0][0] for h in hists)
+        assert dom.history(t, 5, seed=2)[0] == picks[:5]  # one item's histories nest across k
+        assert DomainItems(dom.items).history(t, 20, seed=2)[0] == picks  # seeded: the same in a new process
+    # Each test item gets its own history (no domain x k x polarity is one fixed history).
+    assert len({tuple(h[0]) for h in hists}) == len(tests)
+    assert dom.history(tests[0], 20, seed=3)[0] != hists[0][0]
     small = DomainItems(select_items(sim_items(6, groups_of=2), 4, seed=2))
-    picks, repeats = small.history(small.rows[0]["item_id"], 7)
+    picks, repeats = small.history(small.rows[0]["item_id"], 7, seed=2)
     assert repeats == 3 and len(picks) == 7
 
 
@@ -166,16 +169,20 @@ def test_design_cells_and_verdict_sequences():
     # (k = 10 is a length already).
     assert len(cells) == 1 + 8 + 1 + 6 + 1 + 2
     sat = Cell("standard", "yes_saturated", 10, None, 10)
-    assert verdicts(sat, seed=1, domain="d") == ["Yes"] * 10
-    y = verdicts(Cell("standard", "yes_saturated", 10, None, 8), seed=1, domain="d")
-    n = verdicts(Cell("standard", "no_saturated", 10, None, 8), seed=1, domain="d")
+    assert verdicts(sat, seed=1, domain="d", item_id="t") == ["Yes"] * 10
+    y = verdicts(Cell("standard", "yes_saturated", 10, None, 8), seed=1, domain="d", item_id="t")
+    n = verdicts(Cell("standard", "no_saturated", 10, None, 8), seed=1, domain="d", item_id="t")
     assert y.count("Yes") == 8 and [{"Yes": "No", "No": "Yes"}[v] for v in y] == n  # mirror images
+    # Another test item's opposing turns sit elsewhere (drawn per item), still mirrored.
+    others_y = {tuple(verdicts(Cell("standard", "yes_saturated", 10, None, 8), seed=1, domain="d", item_id=f"t{i}"))
+                for i in range(6)}
+    assert len(others_y) > 1 and all(v.count("Yes") == 8 for v in others_y)
     others = None
     for pos, block in (("start", range(0, 5)), ("middle", range(22, 27)), ("end", range(45, 50))):
-        v = verdicts(Cell("standard", "no_saturated", 50, pos, 5), seed=1, domain="d")
+        v = verdicts(Cell("standard", "no_saturated", 50, pos, 5), seed=1, domain="d", item_id="t")
         assert all(v[i] == "No" for i in block)
         rest = [v[i] for i in range(50) if i not in block]
-        base = verdicts(Cell("standard", "yes_saturated", 50, pos, 5), seed=1, domain="d")
+        base = verdicts(Cell("standard", "yes_saturated", 50, pos, 5), seed=1, domain="d", item_id="t")
         assert rest == [base[i] for i in range(50) if i not in block]  # only the block differs
         assert (rest.count("Yes"), rest.count("No")) == (22, 23)  # the other 45 turns balanced
         assert others in (None, rest)  # and the same sequence wherever the block sits
@@ -236,8 +243,7 @@ def test_methods_samples_for_every_model_first_token_where_logprobs():
 
 
 def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
-    # (With very short position runs, start and middle can coincide byte for byte; 20 turns avoid it.)
-    cfg = amel_config(history_lengths=[2, 4], position_history_length=20, position_biased_turns=2,
+    cfg = amel_config(history_lengths=[2, 4], position_history_length=8, position_biased_turns=2,
                       framing_history_lengths=[2], n_samples=3)
     items = select_items(sim_items(30), 5, seed=4)
     reqs = domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"], logprobs=True)
@@ -246,11 +252,22 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     assert [r.messages for r in reqs] == sorted(r.messages for r in reqs)
     first = [r for r in reqs if r.meta["method"] == "first_token"]
     assert len(first) == 5 * n_cells
-    # Every test item after the same 4-turn yes-saturated history: one contiguous run
-    # of requests sharing that history (longer histories that extend it may sit inside).
+    # Each test item's 4-turn yes-saturated history is its own (drawn per item); the
+    # item's requests after it (3 samples, 1 first-token) are one contiguous run.
     run = [i for i, r in enumerate(reqs) if r.meta["cell"] == "standard:yes_saturated:k4"]
     assert len(run) == 5 * 4
-    assert len({reqs[i].messages[:9] for i in range(run[0], run[-1] + 1)}) == 1
+    by_item: dict[str, list[int]] = {}
+    for i in run:
+        by_item.setdefault(reqs[i].meta["item_id"], []).append(i)
+    for idx in by_item.values():
+        assert idx == list(range(idx[0], idx[0] + 4)) and len({reqs[i].messages for i in idx}) == 1
+    assert len({reqs[idx[0]].messages[1:9] for idx in by_item.values()}) == 5
+    # No two cells of one item share a prompt (a short position run could, before redrawing).
+    for item in by_item:
+        prompts = {}
+        for r in (r for r in first if r.meta["item_id"] == item):
+            prompts.setdefault(r.messages, set()).add(r.meta["cell"])
+        assert all(len(cells) == 1 for cells in prompts.values()), prompts.values()
     r0 = first[0]
     assert r0.sampling.max_tokens == 1 and r0.sampling.temperature == 0 and "Yes" in r0.sampling.probe_tokens
     claude = model_cfg(backend="anthropic", model_id="claude-x")

@@ -114,8 +114,8 @@ def test_balanced_history_shares_items_and_is_half_yes_half_no():
     a = amel_config(history_lengths=[6], balanced_history_lengths=[6, 7], positions=[], framing_swap=False)["amel"]
     cells = design_cells(a)
     assert Cell("standard", "balanced", 6) in cells and Cell("standard", "balanced", 7) in cells
-    assert sorted(verdicts(Cell("standard", "balanced", 6), seed=1, domain="d")) == ["No"] * 3 + ["Yes"] * 3
-    assert verdicts(Cell("standard", "balanced", 7), seed=1, domain="d").count("No") == 4
+    assert sorted(verdicts(Cell("standard", "balanced", 6), seed=1, domain="d", item_id="t")) == ["No"] * 3 + ["Yes"] * 3
+    assert verdicts(Cell("standard", "balanced", 7), seed=1, domain="d", item_id="t").count("No") == 4
     dom = DomainItems(select_items(sim_items(20), 4, seed=3))
     item = next(r["item_id"] for r in dom.rows if r["is_test"])
     bal = build_messages(dom, item, Cell("standard", "balanced", 6), seed=3)[0]
@@ -134,7 +134,7 @@ def test_paper_config_saturation_is_predominant_and_histories_do_not_repeat(pape
     dom = DomainItems(items)
     longest = max([*paper_amel["history_lengths"], paper_amel["position_history_length"]])
     for item in items.loc[items["is_test"], "item_id"]:
-        picks, repeats = dom.history(item, longest)
+        picks, repeats = dom.history(item, longest, seed=paper_amel.get("seed", 42))
         assert repeats == 0 and len(set(picks)) == longest
 
 

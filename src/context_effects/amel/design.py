@@ -9,6 +9,11 @@ position runs where the biased turns sit. Per test item and model the design is:
   ``round(saturation_share * k)`` turns carry the prevailing verdict, the others
   the opposite one, at seeded positions shared by both polarities (so yes- and
   no-saturated histories are mirror images);
+* every history is drawn per test item: its items (a seeded order of the items
+  outside the test item's group, the first k of it) and its verdict positions are
+  seeded by the item, so two test items see different histories and the intervals
+  carry history-to-history variance, while one item's cells stay comparable (its
+  histories of every k start alike; its polarities mirror each other);
 * position runs: ``position_biased_turns`` consecutive turns carrying the
   polarity, inserted at the start, middle or end of one seeded, balanced
   sequence of the other turns (half Yes, half No; the odd one out is "No"),
@@ -118,39 +123,57 @@ def n_prevailing(k: int, share: float) -> int:
     return max(n, k // 2 + 1) if k > 0 else 0
 
 
-def verdicts(cell: Cell, *, seed: int, domain: str) -> list[str]:
-    """The constructed assistant verdicts of the cell's history, turn by turn."""
-    return list(_verdicts(cell, seed, domain))
+def verdicts(cell: Cell, *, seed: int, domain: str, item_id: str) -> list[str]:
+    """The constructed assistant verdicts of the cell's history for one test item, turn by turn."""
+    return list(_verdicts(cell, seed, domain, item_id))
 
 
-@functools.lru_cache(maxsize=4096)
-def _verdicts(cell: Cell, seed: int, domain: str) -> tuple[str, ...]:
+@functools.lru_cache(maxsize=65536)
+def _verdicts(cell: Cell, seed: int, domain: str, item_id: str) -> tuple[str, ...]:
     if cell.condition == "baseline":
         return ()
     k = cell.k
     if cell.condition == "balanced":
-        return tuple(_balanced(k, seed, domain, "amel-balanced-history"))
+        return tuple(_balanced(k, "amel-balanced-history", seed, domain, item_id))
     token = POLARITY_TOKEN[cell.condition]
     other = "No" if token == "Yes" else "Yes"
     if cell.position is None:
-        # Opposing turns at seeded positions that depend on k only, so the yes-
-        # and no-saturated histories of one k are exact mirror images.
+        # Opposing turns at seeded positions that depend on the item and k only, so
+        # the item's yes- and no-saturated histories of one k are exact mirror images.
         n_opp = k - cell.n_biased
-        opp = set(seeded_rng("amel-opposing", seed, domain, k).permutation(k)[:n_opp].tolist())
+        opp = set(seeded_rng("amel-opposing", seed, domain, item_id, k).permutation(k)[:n_opp].tolist())
         return tuple(other if i in opp else token for i in range(k))
     # Position run: the biased block inserted into one balanced seeded sequence of
-    # the other k - b turns (the same sequence for every position and polarity).
+    # the other k - b turns (the item's same sequence for every position and polarity).
     b = cell.n_biased
-    m = k - b
-    rest = _balanced(m, seed, domain, "amel-balanced", k, b)
-    start = {"start": 0, "middle": m // 2, "end": m}[cell.position]
+    rest = _position_rest(k, b, seed, domain, item_id)
+    return _with_block(rest, b, token, cell.position)
+
+
+def _with_block(rest: list[str], b: int, token: str, position: str) -> tuple[str, ...]:
+    start = {"start": 0, "middle": len(rest) // 2, "end": len(rest)}[position]
     return tuple(rest[:start] + [token] * b + rest[start:])
 
 
-def _balanced(m: int, seed: int, domain: str, *tag: Any) -> list[str]:
-    """m verdicts, half Yes and half No (the odd one out "No"), in a seeded order."""
+@functools.lru_cache(maxsize=65536)
+def _position_rest(k: int, b: int, seed: int, domain: str, item_id: str) -> list[str]:
+    """The balanced k - b turns around a position run's block. Drawn again (seeded) while
+    two positions would give the same history for either polarity (e.g. a block at the
+    start and in the middle of "No No Yes ..." reads alike for "No"): such an item would
+    be asked one prompt for two positions, and its position contrast would be void. A
+    sequence too short to tell the positions apart is kept as drawn."""
+    m = k - b
+    for attempt in range(64):
+        rest = _balanced(m, "amel-balanced", seed, domain, item_id, k, b, *([attempt] if attempt else []))
+        if all(len({_with_block(rest, b, t, p) for p in POSITIONS}) == len(POSITIONS) for t in ("Yes", "No")):
+            return rest
+    return _balanced(m, "amel-balanced", seed, domain, item_id, k, b)
+
+
+def _balanced(m: int, *tag: Any) -> list[str]:
+    """m verdicts, half Yes and half No (the odd one out "No"), in an order seeded by ``tag``."""
     rest = ["Yes"] * (m // 2) + ["No"] * (m - m // 2)
-    return [rest[i] for i in seeded_rng(tag[0], seed, domain, *tag[1:]).permutation(m)]
+    return [rest[i] for i in seeded_rng(*tag).permutation(m)]
 
 
 def item_turn(content: str, question: str) -> str:
@@ -185,6 +208,7 @@ class DomainItems:
             framing: [item_turn(r["content"], question_of(r, framing)) for r in self.rows] for framing in FRAMINGS
         }
         self._eligible: dict[str, list[int]] = {}
+        self._orders: dict[tuple[str, int], list[int]] = {}
 
     def row(self, item_id: str) -> dict[str, Any]:
         return self.rows[self.index[item_id]]
@@ -192,19 +216,25 @@ class DomainItems:
     def turn(self, position: int, framing: str) -> str:
         return self._turns[framing][position]
 
-    def history(self, item_id: str, k: int) -> tuple[list[int], int]:
+    def history(self, item_id: str, k: int, *, seed: int) -> tuple[list[int], int]:
         """Positions of the k history items of ``item_id``, and how many repeat an earlier one.
 
-        The first k items in pool order outside the item's group, cycling through
-        them again only when the domain is too small (see ``context_effects.amel.items``).
+        The first k of a seeded order, drawn per test item, of the items outside its
+        group, cycling through them again only when the domain is too small (see
+        ``context_effects.amel.items``). One item's histories are nested (its k = 5
+        history starts its k = 50 one); two items' histories differ.
         """
-        group = self.row(item_id)["group"]
-        if group not in self._eligible:
-            self._eligible[group] = [i for i, r in enumerate(self.rows) if r["group"] != group]
-        eligible = self._eligible[group]
-        if not eligible:
-            raise ValueError(f"item {item_id!r}: no item outside its group to build a history from")
-        return [eligible[j % len(eligible)] for j in range(k)], max(0, k - len(eligible))
+        order = self._orders.get((item_id, seed))
+        if order is None:
+            group = self.row(item_id)["group"]
+            if group not in self._eligible:
+                self._eligible[group] = [i for i, r in enumerate(self.rows) if r["group"] != group]
+            eligible = self._eligible[group]
+            if not eligible:
+                raise ValueError(f"item {item_id!r}: no item outside its group to build a history from")
+            perm = seeded_rng("amel-history", seed, self.domain, item_id).permutation(len(eligible))
+            order = self._orders[(item_id, seed)] = [eligible[j] for j in perm]
+        return [order[j % len(order)] for j in range(k)], max(0, k - len(order))
 
 
 def build_messages(
@@ -216,8 +246,8 @@ def build_messages(
     msgs: list[tuple[str, str]] = [("system", SYSTEM_PROMPT)]
     repeats = 0
     if cell.condition != "baseline":
-        picks, repeats = domain.history(item_id, cell.k)
-        for pos, verdict in zip(picks, _verdicts(cell, seed, domain.domain)):
+        picks, repeats = domain.history(item_id, cell.k, seed=seed)
+        for pos, verdict in zip(picks, _verdicts(cell, seed, domain.domain, item_id)):
             msgs.append(("user", domain.turn(pos, cell.framing)))
             msgs.append(("assistant", verdict))
     msgs.append(("user", domain.turn(domain.index[item_id], cell.framing)))

@@ -30,14 +30,13 @@ Which items are tested, which fill histories
 --------------------------------------------
 ``select_items`` marks ``items_per_domain`` test items, balanced between
 correct verdicts Yes and No and spread over as many groups as possible, and
-gives every item a ``pool_rank``: the order in which items fill histories.
-Non-test items come first (those of groups without a test item before the
-others; one per group before any group's second item), then the test items.
-A test item's history of length k is the first k items in that order outside
-its own group (cycling through them again only if the
-domain is too small, which ``history_repeats`` records). With enough items
-every test item of a domain therefore gets the *same* history, which keeps
-items comparable and lets the engine's prefix cache serve it once.
+gives every item a ``pool_rank``: the order of the domain's items (non-test
+items first, those of groups without a test item before the others; one per
+group before any group's second item; then the test items). A test item's
+history of length k is the first k items of a seeded order, drawn per test item,
+of the items outside its own group (``context_effects.amel.design.DomainItems.history``;
+cycling through them again only if the domain is too small, which
+``history_repeats`` records), so different test items see different histories.
 """
 
 from __future__ import annotations

@@ -20,12 +20,13 @@ Each request's meta names its method, and every later row keeps it.
 
 Ordering
 --------
-Long shared histories dominate the cost. Requests are written sorted by their
-messages, so requests that share a history prefix (every test item of a
-domain after the same k turns; k = 5 is a prefix of k = 10 when the share is
-1) are adjacent and reach the engine in the same or consecutive batches:
-vLLM's automatic prefix caching then computes each shared prefix once
-(``bench/amel_prefix_cache.py`` measures it). Histories never cross domains, so
+Long histories dominate the cost. Requests are written sorted by their
+messages, so requests that share a history prefix (one test item's samples and
+methods of a cell, its cells of one k up to their first differing verdict, its
+k = 5 history inside its k = 10 one) are adjacent and reach the engine in the
+same or consecutive batches: vLLM's automatic prefix caching then computes each
+shared prefix once (``bench/amel_prefix_cache.py`` measures it). Histories are
+drawn per test item, so prefixes are shared within an item, not across items. Histories never cross domains, so
 the domains follow one another in the shard, each in that order; one shard per
 model means one model load per model for the whole study.
 """

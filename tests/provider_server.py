@@ -26,6 +26,11 @@ Replies that carry no answer are sent the way the real APIs send them (see
 ``finish_reason: "content_filter"``; Anthropic ``stop_reason: "refusal"``) and an
 empty reply (OpenAI ``content: ""``; Anthropic an empty ``content`` list).
 
+``reasoning_models`` answer like the GPT-5 family: reasoning tokens (``reasoning_tokens``,
+a number or a function of the prompt) are spent first and count against
+``max_completion_tokens``, so a budget below them buys an empty reply with
+``finish_reason: "length"``, billed in full, as the real API sends it.
+
 ``hold_after=n`` answers the first ``n`` generation requests and holds every later
 one unanswered until :meth:`ProviderServer.release_held`, which drops them without
 a reply: a provider that never got to generate them, as when the client is killed
@@ -47,6 +52,7 @@ from datetime import datetime, timedelta, timezone
 from email.parser import BytesParser
 from email.policy import default as email_policy
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
@@ -180,7 +186,8 @@ class ProviderServer:
         hold_after: int | None = None,
         # OpenAI chat models that behave like the GPT-5 family (see _reasoning_rejection).
         reasoning_models: tuple[str, ...] = (),
-        reasoning_tokens: int = 200,
+        # Reasoning tokens per reply: a number, or a function of the prompt.
+        reasoning_tokens: int | Callable[[str], int] = 200,
     ) -> None:
         self.openai_key = openai_key
         self.anthropic_key = anthropic_key
@@ -552,13 +559,15 @@ def _reasoning_rejection(p: ProviderServer, body: dict[str, Any]) -> dict[str, A
 
 
 def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
-    reply = p.reply(_prompt_of_chat(body.get("messages", [])))
+    prompt = _prompt_of_chat(body.get("messages", []))
+    reply = p.reply(prompt)
     budget = body.get("max_completion_tokens") or body.get("max_tokens")
     reasoning = 0
     if body.get("model") in p.reasoning_models:
         # Reasoning tokens are spent first and count against max_completion_tokens: a
         # small budget ends in an empty reply cut off for length, as the real API does.
-        reasoning = min(p.reasoning_tokens, budget) if budget is not None else p.reasoning_tokens
+        wanted = p.reasoning_tokens(prompt) if callable(p.reasoning_tokens) else p.reasoning_tokens
+        reasoning = min(wanted, budget) if budget is not None else wanted
         budget = None if budget is None else budget - reasoning
     tokens, finish = _truncate(reply, budget)
     message: str | None = "".join(tokens)

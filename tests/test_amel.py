@@ -481,6 +481,18 @@ def test_tables_on_fixed_data_use_the_item_as_the_unit():
     assert (diff["mean_bs"], diff["t"], diff["p"]) == pytest.approx(((a - b).mean(), ref.statistic, ref.pvalue))
     assert sps.ttest_ind(a, b, equal_var=False).pvalue != pytest.approx(ref.pvalue)  # the readings differ
     assert cong.loc[("polarity", "yes", "congruent - incongruent"), "test"] == "Welch t"
+    # The primary method (one call per cell, the seed's design) takes the row as the unit
+    # of its one-sample and between-group tests; its paired tests still pair within item.
+    single = bs.assign(method="single_call")
+    both = analysis_table("effects", pd.concat([single, bs], ignore_index=True), {})
+    assert both["method"].tolist()[0] == "single_call"
+    row = both[(both["method"] == "single_call") & (both["scope"] == "overall")].iloc[0]
+    rows = np.concatenate([X, Y])
+    ref = sps.ttest_1samp(rows, 0)
+    assert row["n"] == 24 and row["n_rows"] == 24
+    assert (row["t"], row["p"], row["d"]) == pytest.approx((ref.statistic, ref.pvalue, rows.mean() / rows.std(ddof=1)))
+    asym_single = analysis_table("asymmetry", single, {}).set_index(["scope", "group"])
+    assert asym_single.loc[("overall", "all"), "n_pairs"] == 4  # paired per item, as the seed's n = 2,481
 
 
 # ----------------------------------------------------------------------------- planted recovery
@@ -504,7 +516,7 @@ def test_analysis_recovers_planted_amel_effects(tmp_path):
     cfg = amel_config(history_lengths=[5, 20, 50], framing_history_lengths=[20], balanced_history_lengths=[20],
                       n_samples=2)
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(260), 200, seed=5))
-    assert set(probs["method"]) == {"samples", "first_token"} and probs["p_yes"].notna().all()
+    assert set(probs["method"]) == {"single_call", "samples", "first_token"} and probs["p_yes"].notna().all()
     # The first-token (exact) measurement carries the recovery checks; the tables below keep its rows.
     probs, bs = probs[probs["method"] == "first_token"], bs[bs["method"] == "first_token"]
     planted = planted_effects("qwen-sim")["amel"]
@@ -555,7 +567,16 @@ def test_flat_k_and_sampled_probabilities(tmp_path):
                       balanced_history_lengths=[], n_samples=30)
     cfg["models"]["qwen-sim"] = {**cfg["models"]["qwen-sim"], "synthetic": {"amel_k_scale": 0.0}}
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(30), 16, seed=6))
-    assert (probs["method"] == "samples").all() and (probs["n_valid"] == 30).all()
+    assert set(probs["method"]) == {"samples", "single_call"}
+    single, probs = probs[probs["method"] == "single_call"], probs[probs["method"] == "samples"]
+    assert (probs["n_valid"] == 30).all() and (single["n_requests"] == 1).all() and single["p_yes"].isin([0, 1]).all()
+    # The single call of a cell is its first sampled reply (sample_index 0), nothing else.
+    from context_effects.llm.shards import read_response_shard
+
+    reqs, table = read_response_shard(tmp_path / "resp.parquet", ["text"], requests_path=tmp_path / "req.parquet")
+    firsts = {(r.meta["item_id"], r.meta["cell"]): float(parse_verdict(t) == "Yes")
+              for r, t in zip(reqs, table["text"]) if r.sample_index == 0}
+    assert {(r.item_id, r.cell): r.p_yes for r in single.itertuples()} == firsts
     from context_effects.llm.backends.synthetic import SyntheticBackend
 
     truth = SyntheticBackend(model_name="qwen-sim", params={"amel_k_scale": 0.0})
@@ -564,8 +585,8 @@ def test_flat_k_and_sampled_probabilities(tmp_path):
     se = np.sqrt(exact * (1 - exact) / 30)
     assert np.mean(np.abs(base["p_yes"].to_numpy() - exact) <= 2.6 * se + 1e-9) > 0.9
     length = analysis_table("length", bs, cfg["amel"])
-    row = length[length["scope"] == "overall"].iloc[0]
-    assert row["slope_ci_low"] <= 0 <= row["slope_ci_high"]
+    for _, row in length[length["scope"] == "overall"].iterrows():
+        assert row["slope_ci_low"] <= 0 <= row["slope_ci_high"], row["method"]
 
 
 def test_every_registered_table_and_figure_is_written(tmp_path, monkeypatch):

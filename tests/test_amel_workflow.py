@@ -57,7 +57,7 @@ def test_amel_rules_from_items_to_tables_recover_planted_bias(workdir):
     assert len(items) == 56 and items["is_test"].sum() == 16
     bs = pd.read_parquet(workdir / "results/amel/bias_scores.parquet")
     assert set(bs["domain"]) == {"truthfulqa", "code_review"}
-    assert set(bs["method"]) == {"samples", "first_token"} and not bs["extra_model"].any()
+    assert set(bs["method"]) == {"single_call", "samples", "first_token"} and not bs["extra_model"].any()
     saturated = bs["condition"] != "balanced"
     assert bs.loc[saturated, "bs"].notna().all() and bs.loc[~saturated, "shift"].notna().all()
     assert (bs["history_repeats"] == 0).all()
@@ -79,7 +79,7 @@ def test_amel_rules_from_items_to_tables_recover_planted_bias(workdir):
         s = stats.one_sample(part["bs"])
         assert s["n"] == 32 and s["ci_high"] < 0, (cond, k, s)
     effects = pd.read_csv(workdir / "results/tables/amel/effects.csv")
-    assert list(effects["method"].unique()) == ["samples", "first_token"]
+    assert list(effects["method"].unique()) == ["single_call", "samples", "first_token"]
     assert {"extra_model", "saturation_share", "n_rows"} <= set(effects.columns)
     effects = effects[effects["method"] == "first_token"]
     assert set(effects["scope"]) == {"overall", "model", "domain", "provider"}

@@ -59,6 +59,42 @@ def test_table2_means_and_gap_by_hand():
     t = D.mean_blind_ratings({"truthfulqa": r}, 42).iloc[0]
     assert (t["NoPeer"], t["AllCorrect"], t["Mixed"], t["AllWrong"]) == (3.0, 4.5, 4.0, 2.0)
     assert t[D.DELTA_CW] == 2.5 and t["n_ratings"] == 5
+    # Table 2 itself: every execution pooled first (the seed-43 rating enters), then seed 42 alone.
+    table = D.table2({"truthfulqa": r}, 42)
+    assert list(table[D.EXECUTIONS]) == ["pooled", "seed 42 only"]
+    pooled, primary = table.iloc[0], table.iloc[1]
+    assert pooled["AllWrong"] == 3.5 and pooled[D.DELTA_CW] == 1.0 and pooled["n_ratings"] == 6
+    assert primary["AllWrong"] == 2.0 and primary[D.DELTA_CW] == 2.5 and primary["n_ratings"] == 5
+
+
+def test_tables_2_and_19_share_one_set_of_ratings():
+    """Seed 002's Table 19 tercile means give its Table 2 gaps to three decimals (TruthfulQA:
+    mean over terciles of Delta_AC - Delta_AW = (0.199 + 0.230 + 0.195) / 3 = 0.208 = Table 2's
+    4.503 - 4.295). Here too, on the rows that share a scope; across scopes the identity fails
+    when the executions differ, which is what the issue's mixed scopes did."""
+    from context_effects.metrics import summaries
+
+    rows = []
+    # Three questions (one per tercile), one generator, two executions whose ratings differ.
+    for seed, bump in ((42, 0.0), (43, 1.0)):
+        for q, (r1, ac, aw) in {"q0": (2.0, 3.0, 1.0), "q1": (3.0, 4.0, 3.0), "q2": (4.0, 5.0, 4.0)}.items():
+            wrong = aw if seed == 42 else min(5.0, aw + bump)
+            for cond, rating in (("round1", r1), ("peer_correct", ac), ("peer_mixed", r1), ("peer_wrong", wrong),
+                                 ("no_peer", r1)):
+                rows.append({"answer_id": f"{seed}|{q}|{cond}", "item_id": q, "condition": cond, "judge": "j1",
+                             "rating": rating, "seed": seed})
+    r = _ratings(rows)
+    t2 = D.table2({"truthfulqa": r}, 42).set_index(D.EXECUTIONS)
+    t19 = summaries.difficulty_table(r, n_resamples=50, seed=0, primary_seed=42)
+    for scope in ("pooled", "seed 42 only"):
+        strata = t19[t19[D.EXECUTIONS] == scope]
+        assert len(strata) == 3
+        gap19 = (strata["Delta All-Correct"] - strata["Delta All-Wrong"]).mean()
+        assert gap19 == pytest.approx(t2.loc[scope, D.DELTA_CW])
+    # Pooled: AllWrong = (1 + 3 + 4 + 2 + 4 + 5) / 6 = 19/6, AllCorrect = 4, gap = 5/6; seed 42: gap = 4/3.
+    assert t2.loc["pooled", D.DELTA_CW] == pytest.approx(4 - 19 / 6)
+    assert t2.loc["seed 42 only", D.DELTA_CW] == pytest.approx(4 / 3)
+    assert t2.loc["pooled", D.DELTA_CW] != pytest.approx(t2.loc["seed 42 only", D.DELTA_CW])
 
 
 def test_anchor_audit_by_hand():

@@ -48,7 +48,7 @@ pytest.importorskip("openai")
 from provider_server import LoggedRequest, ProviderServer  # noqa: E402
 
 from context_effects.llm.backends.openai_api import OpenAIBackend  # noqa: E402
-from context_effects.llm.ledger import Ledger  # noqa: E402
+from context_effects.llm.ledger import AttemptLog, Ledger  # noqa: E402
 from context_effects.llm.shards import answer_journal_path, answer_shard, write_request_shard  # noqa: E402
 from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
@@ -244,7 +244,9 @@ def _round(job: Job, kind: signal.Signals, k: int) -> dict:
     assert ledger.runs == 2 and [a["calls"] for a in ledger.attempts] == [answered_first, rerun]
     assert ledger.attempts[-1]["outcome"] == "completed"
     assert ("SIGTERM" if kind == signal.SIGTERM else "killed") in ledger.attempts[0]["outcome"]
-    assert not job.attempts.exists(), "a finished job folds its attempts log into its ledger"
+    # Kept for the next attempt's ledger (Snakemake may still delete this one), one line per attempt.
+    assert [rec["calls"] for rec in AttemptLog(job.attempts).previous()] == [answered_first, rerun]
+    assert len(job.attempts.read_text().splitlines()) == 2
     duplicates = sum(answered.values()) - len(answered)
     return {"kind": kind.name, "k": k, "first_sent": first, "held": held, "rerun": rerun, "duplicates": duplicates}
 

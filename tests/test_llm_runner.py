@@ -26,7 +26,13 @@ from context_effects.conformity.replies import RATING_SCHEMA  # noqa: E402
 from context_effects.llm.ledger import AttemptLog, Ledger  # noqa: E402
 from context_effects.llm.pricing import estimate_cost, price_table_from_models  # noqa: E402
 from context_effects.llm.replies import ReplyPolicy  # noqa: E402
-from context_effects.llm.runner import INVALID_PREFIX, StopRequested, invalid_reason, run_requests  # noqa: E402
+from context_effects.llm.runner import (  # noqa: E402
+    INVALID_PREFIX,
+    OutputBudgetExhausted,
+    StopRequested,
+    invalid_reason,
+    run_requests,
+)
 from context_effects.llm.store import transfer  # noqa: E402
 from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling  # noqa: E402
@@ -790,6 +796,43 @@ def test_an_empty_text_with_first_token_probabilities_is_an_answer() -> None:
     assert no_answer_reason(res) is None
     assert no_answer_reason(dataclasses.replace(res, probe_probs=None)) == "empty"
     assert no_answer_reason(dataclasses.replace(res, finish_reason="content_filter")) == "refusal"
+    # Nothing written before the budget ran out is its own reason; a reply cut short is not.
+    assert no_answer_reason(dataclasses.replace(res, probe_probs=None, finish_reason="length")) == "budget_exhausted"
+    assert no_answer_reason(dataclasses.replace(res, probe_probs=None, text='{"rat', finish_reason="length")) is None
+    assert no_answer_reason(dataclasses.replace(res, probe_probs=None, text="\n\n", finish_reason="length")) == "empty"
+
+
+def test_stored_replies_out_of_budget_stop_a_model_but_not_a_replay(store: ResponseStore) -> None:
+    reqs = make_requests(4)
+    store.put_batch([LLMResult(key=r.key, text="", finish_reason="length", tokens_out=16) for r in reqs], reqs)
+    backend = CountingBackend()
+    with pytest.raises(OutputBudgetExhausted):
+        run_requests(reqs, backend, ResponseStore(store.root), progress=False, reply_policy=RATING, max_attempts=3)
+    assert backend.calls == [], "the stored replies already say it"
+    # A replay reproduces the run as it was: those requests are missing, nothing stops.
+    out = run_requests(reqs, ReplayBackend(ResponseStore(store.root)), ResponseStore(store.root), progress=False,
+                       reply_policy=RATING, max_attempts=3)
+    assert [invalid_reason(r) for r in out] == ["budget_exhausted"] * 4
+
+
+def test_an_engine_out_of_budget_stops_before_its_next_batch(store: ResponseStore, tmp_path: Path) -> None:
+    """An engine that answers a batch at once (vLLM) cannot stop inside it: the runner
+    stops before the next one, and asks nothing again."""
+
+    class OutOfBudget(CountingBackend):
+        def run(self, requests):
+            for res in super().run(requests):
+                res.text, res.finish_reason = "", "length"
+                yield res
+
+    backend = OutOfBudget()
+    led = Ledger(tmp_path / "l.json")
+    with pytest.raises(OutputBudgetExhausted, match=r"models\.<name>\.capabilities\.min_output_tokens above 16"):
+        run_requests(make_requests(12), backend, store, batch_size=4, ledger=led, progress=False,
+                     reply_policy=RATING, max_attempts=3)
+    assert len(backend.calls) == 4 and backend.batches == 1
+    saved = Ledger.load(tmp_path / "l.json")
+    assert saved.calls == 4 and saved.reasks == 0 and saved.invalid_reasons == {"budget_exhausted": 4}
 
 
 # --------------------------------------------------------------------------- attempts log

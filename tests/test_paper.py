@@ -412,7 +412,8 @@ def test_paper_pdf_builds_on_the_synthetic_backend(synthetic_run, tmp_path):
     table2 = pd.read_csv(workdir / "results" / "tables" / "conformity" / "table2.csv", dtype=str)
     row = table2.iloc[0]
     own = {c: "" for c in COLUMNS} | {"id": "own", "section": "s", "quantity": "q", "decimals": "3",
-                                      "table": "conformity/table2", "row": f"Dataset={row['Dataset']}",
+                                      "table": "conformity/table2",
+                                      "row": f"Dataset={row['Dataset']}; Executions={row['Executions']}",
                                       "column": "NoPeer", "value": f"{float(row['NoPeer']):.3f}"}
     moved = own | {"id": "moved", "value": f"{float(row['NoPeer']) + 0.25:.3f}"}
     mine = pd.DataFrame([own, moved]).assign(study="conformity")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -159,16 +160,67 @@ def test_wrong_letters_drawn_per_condition_map_to_one_attractor(shared_items):
         assert wrong == {item["wrong_attractor"]}
 
 
+def _block_stats(blocks) -> dict:
+    """The statistics of a dataset's blocks (item -> condition -> speakers) that the release's
+    design fixes: speakers and authority roles per block, names, roles and phrases used, the
+    gold count per consensus structure, the authority's side in mixed blocks."""
+    out = {"speakers": set(), "roles_per_block": set(), "gold": set(), "names": Counter(), "roles": Counter(),
+           "phrases": Counter(), "authority_phrases": Counter(), "mixed_authority_gold": 0, "mixed_present": 0,
+           "same_speakers_absent_present": 0}
+    for conds in blocks.values():
+        for cond, sps in conds.items():
+            polarity, authority = cond.split("|")
+            out["speakers"].add(len(sps))
+            out["roles_per_block"].add((authority, sum(sp["role"] is not None for sp in sps)))
+            out["gold"].add((polarity, sum(sp["gold"] for sp in sps)))
+            for sp in sps:
+                out["names"][sp["name"]] += 1
+                out["phrases" if not sp["role"] else "authority_phrases"][sp["phrase"]] += 1
+                if sp["role"]:
+                    out["roles"][sp["role"]] += 1
+                    if cond == "mixed|present":
+                        out["mixed_present"] += 1
+                        out["mixed_authority_gold"] += sp["gold"]
+        for pol in ("correct", "wrong", "mixed"):
+            out["same_speakers_absent_present"] += ([sp["name"] for sp in conds[f"{pol}|absent"]]
+                                                    == [sp["name"] for sp in conds[f"{pol}|present"]])
+    return out
+
+
 @shared
-def test_mmlu_pro_falls_back_to_the_generator(shared_items):
+def test_mmlu_pro_blocks_are_built_with_the_released_design(shared_items):
+    """MMLU-Pro has no released rq1_rq3 blocks: its six conditions are built with the design of
+    the TruthfulQA and ARC blocks (same names, roles and phrases, one authority speaker, the same
+    consensus structures), and its mixed/absent block is the rq2a file's commit6 block of the item."""
     items = shared_items["mmlu_pro"]
-    assert items.attrs["peer_source"]["used"] == "generated"
-    assert "no rq1_rq3 peer blocks" in items.attrs["peer_source"]["why"]
-    assert "release_blocks" not in items.attrs
+    assert items.attrs["peer_source"]["used"] == "release design"
+    assert "rq2a_commit6 blocks (500 items)" in items.attrs["peer_source"]["why"]
+    got = _block_stats(items.attrs["release_blocks"])
+    for ds in ("truthfulqa", "arc_challenge"):
+        want = _block_stats(shared_items[ds].attrs["release_blocks"])
+        for key in ("speakers", "roles_per_block", "gold"):
+            assert got[key] == want[key], key
+        for key in ("names", "roles", "phrases", "authority_phrases"):
+            assert set(got[key]) == set(want[key]), key
+        assert got["same_speakers_absent_present"] == want["same_speakers_absent_present"] == 0
+    # Frequencies: names, roles and phrases within binomial noise of uniform, like the release's.
+    for key, k in (("names", 24), ("roles", 8), ("phrases", 10), ("authority_phrases", 6)):
+        counts = got[key]
+        n = sum(counts.values())
+        assert len(counts) == k and all(abs(c - n / k) < 5 * (n / k) ** 0.5 for c in counts.values()), (key, counts)
+    # The authority of a mixed block is on the gold side about 1/4 of the time (release: 129 and 116 of 500).
+    assert got["mixed_present"] == 500 and 80 <= got["mixed_authority_gold"] <= 170
+    rows = release.read_release(RELEASE / SOURCES["mmlu_pro"][1])
+    row = next(r for r in rows if r["condition_id"] == "rq2a_commit6")
+    iid = f"mmlu_pro-{row['original_instance_ID']}"
+    block = items.attrs["release_blocks"][iid]["mixed|absent"]
+    assert [f"{sp['name']}: {sp['phrase']}" for sp in block] == [
+        line.rsplit(" ", 1)[0] + " " for line in row["perturbed_prompt"].split("\n\n")]
+    # The requests render them as released blocks are rendered: "Name (role): phrase" + the text.
     reqs = creq.round2_requests(items.iloc[:2], {i: "x" for i in items.item_id[:2]}, "m", MODEL_CFG, GEN, 42)
     item = items.iloc[0].to_dict()
-    want = peers.peer_block(item, "correct", "present", 42).text
-    assert want in reqs[1].messages[-1][1]
+    want = peers.peer_block(item, "correct", "present", 42, release=items.attrs["release_blocks"][item["item_id"]])
+    assert want.text in reqs[1].messages[-1][1] and len(want.role_spans) == 1
 
 
 @shared
@@ -226,6 +278,52 @@ def test_unmatched_item_names_the_item_and_the_fix(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in arc) + "\n")
     with pytest.raises(release.ReleaseMatchError, match=r"TAKS_2009_8_19.*answer key differs"):
         _build(DEMO_SOURCES["arc_challenge"][0], path, "arc_challenge")
+
+
+def test_release_design_blocks_by_construction():
+    """The release's design (conformity.release_design), checked on 2,000 constructed items:
+    six distinct release names, one authority speaker in a present block (with one of the
+    release's roles and one of its six authority phrases), the consensus structures' gold
+    counts, and a mixed block's authority on the gold side about 1/4 of the time, as in the
+    release (129/500, 116/500), not the 1/2 a uniformly placed authority would give."""
+    from context_effects.conformity import release_design as rd
+
+    ids = [f"mmlu_pro-{i}" for i in range(2000)]
+    blocks = {i: {f"{p}|{a}": rd.design_block(i, p, a, 42) for p in ("correct", "wrong", "mixed")
+                  for a in ("absent", "present")} for i in ids}
+    stats = _block_stats(blocks)
+    assert stats["speakers"] == {6}
+    assert stats["roles_per_block"] == {("absent", 0), ("present", 1)}
+    assert stats["gold"] == {("correct", 6), ("wrong", 0), ("mixed", 3)}
+    assert set(stats["names"]) == set(rd.NAMES) and set(stats["roles"]) == set(rd.ROLES)
+    assert {p.strip() for p in stats["phrases"]} == set(rd.PHRASES)
+    assert {p.strip() for p in stats["authority_phrases"]} == set(rd.AUTHORITY_PHRASES)
+    assert all(len({sp["name"] for sp in b}) == 6 for c in blocks.values() for b in c.values())
+    share = stats["mixed_authority_gold"] / stats["mixed_present"]
+    assert abs(share - 0.25) < 0.04 and abs(share - 0.5) > 0.2
+    # Seeded by (panel seed, item, condition) only: the same call gives the same block.
+    assert rd.design_block(ids[0], "mixed", "present", 42) == blocks[ids[0]]["mixed|present"]
+    assert rd.design_block(ids[0], "mixed", "present", 43) != blocks[ids[0]]["mixed|present"]
+    # The vocabulary is the release's: every name, role and phrase of the shipped release rows is in it.
+    for path in (DEMO_SOURCES["truthfulqa"][1], DEMO_SOURCES["arc_challenge"][1]):
+        for row in release.read_release(path):
+            for sp in release.parse_block(row["perturbed_prompt"]):
+                assert sp["name"] in rd.NAMES and sp["phrase"].strip() in rd.PHRASES
+                assert sp["role"] is None or (sp["role"] in rd.ROLES and sp["phrase"].strip() in rd.AUTHORITY_PHRASES)
+
+
+def test_items_without_released_blocks_get_release_design_blocks():
+    items = build_item_table("mmlu_pro", {"kind": "local", "path": str(REPO / "data/demo/mmlu_pro.jsonl")},
+                             n_items=4, sample_seed=42, attractor_seed=42, balance_by="category",
+                             peer_source="release")
+    assert items.attrs["peer_source"]["used"] == "release design"
+    assert items.attrs["peer_source"]["why"].startswith("the items are not from a release file")
+    assert set(items.attrs["release_blocks"]) == set(items["item_id"])
+    reqs = creq.round2_requests(items, {i: "x" for i in items.item_id}, "m", MODEL_CFG, GEN, 42)
+    item = items.iloc[0].to_dict()
+    present = peers.peer_block(item, "wrong", "present", 42, release=items.attrs["release_blocks"][item["item_id"]])
+    assert any(present.text in r.messages[-1][1] for r in reqs)
+    assert present.endorsed == (item["wrong_attractor"],) * 6 and len(present.role_spans) == 1
 
 
 def test_generated_peer_source_ignores_released_blocks(demo_items):

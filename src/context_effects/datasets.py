@@ -14,8 +14,9 @@ items of a predecessor release file instead of a seeded sample (seed 002 §2.2: 
 questions sampled by Qu et al."); the matching rules (TruthfulQA by question text, ARC
 by id, MMLU-Pro by question_id) and their errors are in ``conformity.release``. The
 table's metadata records ``sample`` (source, path, commit, sha256), ``panel_seed`` and
-``peer_source`` (whether Study C's peer blocks come from the release or, as a recorded
-fallback, from the seeded generator) and, when released, ``release_blocks``.
+``peer_source`` (whether Study C's peer blocks come from the release, are built with the
+release's design where none were released, or come from the seeded generator) and, for
+the first two, ``release_blocks``.
 
 Wrong-attractor rule (cited by the paper config)
 ------------------------------------------------
@@ -940,8 +941,8 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
     predecessor release file instead of a seeded sample (``conformity.release``;
     ``n_items`` and ``balance_by`` are then not used). ``peer_source="release"`` also
     records the release's peer blocks of those items in ``attrs["release_blocks"]``;
-    a release file without them (MMLU-Pro) falls back to the generator, and
-    ``attrs["peer_source"]`` says which was used and why.
+    without released blocks (MMLU-Pro) it records blocks built with the release's design
+    (``conformity.release_design``), and ``attrs["peer_source"]`` says which was used and why.
     """
     raw = load_raw(dataset, source)
     items = normalise(dataset, raw, attractor_seed=attractor_seed)
@@ -957,7 +958,7 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
     else:
         raise ValueError(f"{dataset}: sample source must be 'seeded' or 'release', got {sample.get('source')!r}")
     validate_items(chosen, attractor_seed=attractor_seed)
-    peers = _peer_source(dataset, chosen, rows, peer_source)
+    peers = _peer_source(dataset, chosen, rows, peer_source, sample_seed)
     chosen.attrs.update(
         dataset=dataset, source=describe_source(source), attractor_seed=attractor_seed,
         sample_seed=sample_seed, n_items=n_items if rows is None else len(chosen),
@@ -969,17 +970,24 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
     return chosen
 
 
-def _peer_source(dataset: str, items: pd.DataFrame, rows: list | None, requested: str) -> dict[str, Any]:
+def _peer_source(dataset: str, items: pd.DataFrame, rows: list | None, requested: str,
+                 panel_seed: int) -> dict[str, Any]:
     if requested not in ("generated", "release"):
         raise ValueError(f"peer source must be 'generated' or 'release', got {requested!r}")
     if requested == "generated":
         return {"peer_source": {"requested": "generated", "used": "generated", "why": "configured"}}
     blocks = release.released_blocks(dataset, items, rows) if rows is not None else {}
     if not blocks:
-        why = ("the items are not from a release file" if rows is None else
-               "the release file has no rq1_rq3 peer blocks for this dataset") + "; the seeded generator stands in"
-        log.warning("%s: %s", dataset, why)
-        return {"peer_source": {"requested": "release", "used": "generated", "why": why}}
+        # No released rq1_rq3 blocks (MMLU-Pro): the release's own design builds them, so
+        # every dataset gets the same manipulation (conformity.release_design).
+        from context_effects.conformity import release_design
+
+        blocks, why = release_design.design_blocks(dataset, items, rows, panel_seed)
+        if rows is None:
+            why = "the items are not from a release file; " + why
+        log.info("%s: %s", dataset, why)
+        return {"peer_source": {"requested": "release", "used": release_design.SOURCE, "why": why},
+                "release_blocks": blocks}
     return {"peer_source": {"requested": "release", "used": "release", "why": "released blocks of every item"},
             "release_blocks": blocks}
 

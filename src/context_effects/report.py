@@ -155,9 +155,9 @@ def cost_section(ledger_paths: Sequence[str | Path]) -> list[str]:
     table.append(_cost_row("**total**", "", "", len(ledger_paths), everything))
     lines += [_markdown(pd.DataFrame(table)), ""]
     lines += [
-        "Calls are requests sent to a model (re-asks and the calls of interrupted attempts "
-        "included); cache hits were served from the response store and cost nothing. A cost "
-        "marked ≥ is a lower bound: some calls had no price (local models cost 0).",
+        "Calls are requests sent to a model (re-asks and the calls of every attempt at a shard "
+        "included, interrupted or rerun); cache hits were served from the response store and "
+        "cost nothing. A cost marked ≥ is a lower bound: some calls had no price (local models cost 0).",
         "",
     ]
     return lines

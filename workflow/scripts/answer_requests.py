@@ -6,9 +6,10 @@ not exist; the guard keeps that re-run inert.
 
 SIGTERM (Slurm at a time limit) or SIGINT: answer_shard sends nothing more, lets
 the calls in flight come back, stores every answer and raises JobInterrupted; the
-job then exits with 128 + the signal's number. What the attempt paid for stays in
+job then exits with 128 + the signal's number. What every attempt paid for stays in
 params.attempts_log (not an output, so Snakemake does not delete it) and is
-folded into the ledger of the run that finishes the shard.
+folded into the ledger of the run that finishes the shard. A second process on the
+same shard waits for the first (answer_shard's shard lock) and names it in the log.
 """
 
 
@@ -46,6 +47,7 @@ def main(snakemake):
                 backend,
                 store,
                 attempts_log=snakemake.params.attempts_log,
+                model_name=model,
             )
     except JobInterrupted as exc:
         log.error("%s: interrupted (%s); the answers received are stored, a rerun asks only the rest", model, exc)

@@ -15,12 +15,18 @@ number formats; the registry there writes each table. Which rows enter which ana
 Three rules hold for every table:
 
 * One measurement per comparison: each table is computed separately for each
-  ``method`` (``samples``, the primary analysis of every model, first; then
-  ``first_token``, the secondary analysis of the models with logprobs) and its
-  rows say which.
-* The item is the unit: the rows of one model x domain x item within a
-  comparison (its k's, polarities, positions) are averaged before a test, so
-  ``n`` counts items and ``n_rows`` the rows behind them.
+  ``method`` and its rows say which: ``single_call`` (the primary analysis, the
+  seed's design: one call per cell, the first sampled reply), then ``samples``
+  (P(Yes) from every sampled reply of a cell) and ``first_token`` (first-token
+  probabilities, the models with logprobs), the secondary analyses.
+* The unit of replication: for ``single_call`` the row (one outcome per model x
+  item x cell), as the seed's overall d and its p < 10^-46 need (about 7,000
+  units for 2,481 items; ``docs/deviations.yaml``, amel-calls-per-cell); for the
+  secondary methods the item, whose rows within a comparison (its k's,
+  polarities, positions) are averaged before a test, so ``n`` counts items and
+  ``n_rows`` the rows behind them. Paired designs (the negativity asymmetry, the
+  framing swap, balanced against saturated, congruence over both polarities,
+  positions, scaling) pair within item for every method.
 * Pooled rows (overall, by domain, provider, k, ...) are of the seed's roster;
   extra models (``amel.extra_models``) appear in the by-model rows only,
   marked by ``extra_model``.
@@ -41,7 +47,10 @@ STRATA = ("deterministic", "uncertain")
 #: The unit of every test.
 UNIT = ["model", "domain", "item_id"]
 #: Method order in the tables: the primary analysis first.
-METHOD_ORDER = ("samples", "first_token")
+METHOD_ORDER = ("single_call", "samples", "first_token")
+PRIMARY = METHOD_ORDER[0]
+#: Methods whose one-sample and between-group tests take the row, not the item mean, as the unit.
+ROW_UNIT_METHODS = frozenset({"single_call"})
 
 
 def main_rows(bs: pd.DataFrame) -> pd.DataFrame:
@@ -78,6 +87,16 @@ def item_means(df: pd.DataFrame, value: str = "bs", by: Iterable[str] = ()) -> p
         return pd.DataFrame(columns=[*keys, value, "n_rows"])
     g = df.groupby(keys, sort=True, dropna=False)[value]
     return pd.concat([g.mean(), g.count().rename("n_rows")], axis=1).reset_index()
+
+
+def unit_values(df: pd.DataFrame, value: str = "bs", by: Iterable[str] = ()) -> pd.DataFrame:
+    """The values a one-sample or between-group test takes: every row (``n_rows`` 1) for a
+    row-unit method (``single_call``), else the item means (``item_means``)."""
+    if len(df) and "method" in df and set(df["method"].dropna()) <= ROW_UNIT_METHODS and df["method"].notna().all():
+        rows = df[[*UNIT, *by, value]].copy()
+        rows["n_rows"] = rows[value].notna().astype(int)
+        return rows.reset_index(drop=True)
+    return item_means(df, value, by)
 
 
 def by_method(table: Callable[..., pd.DataFrame]) -> Callable[..., pd.DataFrame]:
@@ -126,8 +145,8 @@ def _welch_row(scope: str, group: str, w: dict[str, Any], **labels: Any) -> dict
 
 
 def _effect_row(scope: str, group: str, rows: pd.DataFrame, **extra: Any) -> dict[str, Any]:
-    """One-sample statistics of the item means of ``rows``' bias scores."""
-    means = item_means(rows)
+    """One-sample statistics of ``rows``' bias scores in the method's unit (``unit_values``)."""
+    means = unit_values(rows)
     s = stats.one_sample(means["bs"])
     return {
         "scope": scope,
@@ -145,7 +164,7 @@ def _effect_row(scope: str, group: str, rows: pd.DataFrame, **extra: Any) -> dic
 
 
 def _welch_items(a: pd.DataFrame, b: pd.DataFrame) -> dict[str, Any]:
-    return stats.welch(item_means(a)["bs"], item_means(b)["bs"])
+    return stats.welch(unit_values(a)["bs"], unit_values(b)["bs"])
 
 
 @by_method
@@ -374,7 +393,7 @@ def balanced_table(bs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for scope, group, part in _scopes(both, ("model", "k")):
         b = part[part["condition"] == "balanced"]
-        shift = item_means(b, "shift")
+        shift = unit_values(b, "shift")
         s = stats.one_sample(shift["shift"])
         absb = item_means(b.assign(abs_shift=b["shift"].abs()), "abs_shift")
         sat_part = part[part["condition"] != "balanced"]

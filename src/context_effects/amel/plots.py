@@ -23,16 +23,19 @@ from context_effects.amel.analysis import main_rows  # noqa: E402
 
 POL_COLORS = style.POLARITY_COLORS
 FRAMING_COLORS = {"standard": "0.35", "swapped": "0.75"}
-METHOD_LABEL = {"samples": "sampled answers (primary)", "first_token": "first-token probabilities (secondary)"}
+METHOD_LABEL = {"single_call": "one call per cell (primary, the seed's design)",
+                "samples": "P(Yes) from all samples (secondary)",
+                "first_token": "first-token probabilities (secondary)"}
 
 
 def one_method(name: str, table: pd.DataFrame, data: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
-    """The table and item-level rows of the one method a figure draws: the primary (samples),
-    except the probabilities figure (the seed's logprobs figure), which prefers first-token rows."""
+    """The table and rows of the one method a figure draws: the primary (single_call),
+    except the probabilities figure (the seed's logprobs figure), which prefers first-token
+    rows, then the sampled P(Yes)."""
     if "method" not in data:
         return table, data, None
     present = set(data["method"].dropna())
-    prefer = ("first_token", "samples") if name == "probabilities" else ("samples", "first_token")
+    prefer = ("first_token", "samples") if name == "probabilities" else ("single_call", "samples", "first_token")
     method = next((m for m in prefer if m in present), None)
     if method is None:
         return table, data, None

@@ -33,7 +33,8 @@ Baseline entropy
 deterministic, 1 = maximally uncertain), per item x model x framing. An item
 is in the ``deterministic`` stratum when H < ``entropy_threshold_bits`` for
 first-token probabilities, and when every sample agreed (H = 0) for sampled
-answers; ``uncertain`` otherwise.
+answers; ``uncertain`` otherwise. A ``single_call`` row (one reply per cell: the
+first sample) takes the entropy and stratum of its cell's sampled replies.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def probabilities(
                     "n": 0,
                     "failed": 0,
                     "verdicts": [],
+                    "single": None,
                     "first": None,
                     "tokens_in": None,
                     "served": set(),
@@ -165,50 +167,62 @@ def probabilities(
                 g["first"] = first_token_p_yes(_load(probes), _load(top))
             else:
                 g["verdicts"].append(parse_verdict(text))
+                if req.sample_index == 0:
+                    g["single"] = g["verdicts"][-1]
     rows = []
     for (model, item_id, cell, _), g in groups.items():
         meta = g["meta"]
         if meta["method"] == "first_token":
             p, mass, missing = g["first"] if g["first"] is not None else (math.nan, math.nan, True)
             n_valid = int(g["first"] is not None and not math.isnan(p))
-        else:
-            parsed = [v for v in g["verdicts"] if v is not None]
-            n_valid = len(parsed)
-            p = sum(v == "Yes" for v in parsed) / n_valid if n_valid else math.nan
-            mass, missing = n_valid / g["n"], False
-        rows.append(
-            {
-                "model": model,
-                "domain": meta["domain"],
-                "item_id": item_id,
-                "answer": meta["answer"],
-                "cell": cell,
-                "framing": meta["framing"],
-                "condition": meta["condition"],
-                "k": int(meta.get("k") or 0),
-                "n_biased": int(meta.get("n_biased") or 0),
-                "position": meta.get("position"),
-                "method": meta["method"],
-                "p_yes": p,
-                "yes_no_mass": mass,
-                "probe_missing": bool(missing),
-                "n_requests": g["n"],
-                "n_valid": n_valid,
-                "n_failed": g["failed"],
-                "tokens_in": g["tokens_in"],
-                "history_repeats": int(meta.get("history_repeats") or 0),
-                "saturation_share": _float(meta.get("saturation_share")),
-                "prevailing_share": _float(meta.get("prevailing_share")),
-                # Every version that answered the cell's requests (more than one if an
-                # alias moved to a new snapshot mid-run).
-                "served_model": "; ".join(sorted({m for m, _ in g["served"]})) or None,
-                "system_fingerprint": "; ".join(sorted({f for _, f in g["served"] if f})) or None,
-            }
-        )
+            rows.append(_probability_row(model, item_id, cell, meta, g, "first_token", p, mass, missing, n_valid))
+            continue
+        parsed = [v for v in g["verdicts"] if v is not None]
+        n_valid = len(parsed)
+        p = sum(v == "Yes" for v in parsed) / n_valid if n_valid else math.nan
+        rows.append(_probability_row(model, item_id, cell, meta, g, "samples", p, n_valid / g["n"], False, n_valid))
+        # The seed's design (one call per cell): the cell's first sampled reply alone,
+        # an outcome of 1 (Yes) or 0 (No), missing when that reply failed or did not parse.
+        single = g["single"]
+        rows.append(_probability_row(
+            model, item_id, cell, meta, {**g, "n": 1, "failed": int(single is None)}, "single_call",
+            math.nan if single is None else float(single == "Yes"), float(single is not None), False,
+            int(single is not None)))
     if not rows:
         raise ValueError("no AMEL responses found in the given shards")
     df = pd.DataFrame(rows, columns=list(PROB_COLUMNS))
     return df.sort_values(["model", "method", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)
+
+
+def _probability_row(model: str, item_id: str, cell: str, meta: Mapping[str, Any], g: Mapping[str, Any],
+                     method: str, p: float, mass: float, missing: bool, n_valid: int) -> dict[str, Any]:
+    return {
+        "model": model,
+        "domain": meta["domain"],
+        "item_id": item_id,
+        "answer": meta["answer"],
+        "cell": cell,
+        "framing": meta["framing"],
+        "condition": meta["condition"],
+        "k": int(meta.get("k") or 0),
+        "n_biased": int(meta.get("n_biased") or 0),
+        "position": meta.get("position"),
+        "method": method,
+        "p_yes": p,
+        "yes_no_mass": mass,
+        "probe_missing": bool(missing),
+        "n_requests": g["n"],
+        "n_valid": n_valid,
+        "n_failed": g["failed"],
+        "tokens_in": g["tokens_in"],
+        "history_repeats": int(meta.get("history_repeats") or 0),
+        "saturation_share": _float(meta.get("saturation_share")),
+        "prevailing_share": _float(meta.get("prevailing_share")),
+        # Every version that answered the cell's requests (more than one if an
+        # alias moved to a new snapshot mid-run).
+        "served_model": "; ".join(sorted({m for m, _ in g["served"]})) or None,
+        "system_fingerprint": "; ".join(sorted({f for _, f in g["served"] if f})) or None,
+    }
 
 
 def _float(x: Any) -> float:
@@ -255,6 +269,15 @@ def bias_scores(
     treat["stratum"] = np.where(
         treat["baseline_entropy"].isna(), None, np.where(deterministic, "deterministic", "uncertain")
     )
+    # One call cannot measure how uncertain a baseline is: a single_call row takes its
+    # item's baseline entropy and stratum from the same cell's sampled replies.
+    single = (treat["method"] == "single_call").to_numpy()
+    if single.any():
+        keys_cell = ["model", "item_id", "cell"]
+        ref = treat.loc[treat["method"] == "samples", keys_cell + ["baseline_entropy", "stratum"]]
+        got = treat.loc[single, keys_cell].merge(ref, on=keys_cell, how="left", validate="one_to_one")
+        treat.loc[single, "baseline_entropy"] = got["baseline_entropy"].to_numpy()
+        treat.loc[single, "stratum"] = got["stratum"].to_numpy()
     prevailing = np.where(treat["condition"] == "yes_saturated", "Yes", "No")
     # Congruent: the history's prevailing verdict is the correct one for this item
     # (balanced histories have none: never congruent).

@@ -5,8 +5,10 @@ Which ratings enter (stated once, used by every table here):
 
 * the **open judge panel** (``hosted == False``): hosted judges are an audit on a
   subset of the data and would change the mix of judges between datasets;
-* **blind** ratings of the **main corpus at the primary seed** (the corpus of the
-  primary analysis), pooling both authority variants of a peer arm as seed 002 does;
+* **blind** ratings of the **main corpus**, pooling both authority variants of a peer
+  arm as seed 002 does; Table 2 pools every execution (seed label) and prints the
+  primary execution alone as sensitivity rows (``table2``), the other tables take the
+  primary execution (the corpus of the primary analysis);
 * a missing rating (``status == "missing"``) is absent, never a score.
 
 The aggregations over ratings run in polars: each table reads only the columns it
@@ -32,6 +34,19 @@ from context_effects.conformity.conditions import ANCHOR_CONDITIONS
 #: Table 2's columns: seed 002 names → conditions of the main corpus.
 TABLE2_COLUMNS = {"NoPeer": "no_peer", "AllCorrect": "peer_correct", "Mixed": "peer_mixed", "AllWrong": "peer_wrong"}
 DELTA_CW = "Delta_C-W"
+#: The column of Tables 2 and 19 naming which executions' ratings a row uses, and its
+#: value on the primary rows: every execution pooled. Seed 002's Table 19 tercile means
+#: give Table 2's gaps to three decimals (TruthfulQA: (0.199 + 0.230 + 0.195) / 3 = 0.208),
+#: so the two tables rate one set of answers; its Tables 13, 14, 16 and 18 (n = 12,000
+#: per peer cell = 500 items x 4 generators x 2 authority variants x 3 executions) pool
+#: the executions (docs/deviations.yaml#model-free-scope).
+EXECUTIONS = "Executions"
+POOLED = "pooled"
+
+
+def execution_label(seed: int | None) -> str:
+    """The ``Executions`` value of a row: ``pooled`` (every execution) or ``seed 42 only``."""
+    return POOLED if seed is None else f"seed {int(seed)} only"
 
 #: Conditions in display order (figure, parse-failure table).
 DISPLAY_ORDER = (
@@ -40,15 +55,17 @@ DISPLAY_ORDER = (
 )
 
 
-def panel_blind(ratings: pd.DataFrame, primary_seed: int) -> pd.DataFrame:
-    """Retained blind ratings of the open panel on the primary main corpus."""
+def panel_blind(ratings: pd.DataFrame, seed: int | None) -> pd.DataFrame:
+    """Retained blind ratings of the open panel on the main corpus of execution ``seed``
+    (None: every execution)."""
     keep = (
         (~ratings["hosted"].astype(bool))
         & (ratings["pass"] == "blind")
         & (ratings["corpus"] == "main")
-        & (ratings["seed"] == primary_seed)
         & (ratings["status"] == "ok")
     )
+    if seed is not None:
+        keep &= ratings["seed"] == seed
     return ratings[keep]
 
 
@@ -89,15 +106,19 @@ def _pooled(frames: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     return pl.concat(list(frames.values()), how="diagonal_relaxed")
 
 
-def _panel_blind_expr(primary_seed: int) -> pl.Expr:
-    return (~pl.col("hosted") & (pl.col("pass") == "blind") & (pl.col("corpus") == "main")
-            & (pl.col("seed") == primary_seed) & (pl.col("status") == "ok")).fill_null(False)
+def _panel_blind_expr(seed: int | None) -> pl.Expr:
+    keep = ~pl.col("hosted") & (pl.col("pass") == "blind") & (pl.col("corpus") == "main") & (pl.col("status") == "ok")
+    if seed is not None:
+        keep &= pl.col("seed") == seed
+    return keep.fill_null(False)
 
 
-def _panel_blind_pl(ratings: RatingsFrame, primary_seed: int, columns: Sequence[str]) -> pl.DataFrame:
+def _panel_blind_pl(ratings: RatingsFrame, seed: int | None, columns: Sequence[str]) -> pl.DataFrame:
+    """``columns`` of the open panel's ok blind main-corpus ratings of execution ``seed``
+    (None: every execution)."""
     filters = ["hosted", "pass", "corpus", "seed", "status"]
     keep = list(dict.fromkeys([*columns, *filters]))
-    return _select(ratings, keep, _panel_blind_expr(primary_seed)).select(columns)
+    return _select(ratings, keep, _panel_blind_expr(seed)).select(columns)
 
 
 def _mean(values: pl.Series) -> float:
@@ -108,11 +129,12 @@ def _mean(values: pl.Series) -> float:
 # --------------------------------------------------------------------- Table 2
 
 
-def mean_blind_ratings(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
-    """Table 2: mean blind rating per dataset × peer condition, and AllCorrect − AllWrong."""
+def mean_blind_ratings(ratings_by_dataset: Mapping[str, RatingsFrame], seed: int | None) -> pd.DataFrame:
+    """Mean blind rating per dataset × peer condition, and AllCorrect − AllWrong, over the
+    ratings of execution ``seed`` (None: every execution pooled)."""
     rows = []
     for dataset, ratings in ratings_by_dataset.items():
-        blind = _panel_blind_pl(ratings, primary_seed, ["condition", "rating"])
+        blind = _panel_blind_pl(ratings, seed, ["condition", "rating"])
         means = dict(blind.group_by("condition").agg(pl.col("rating").mean()).iter_rows())
         row = {"Dataset": dataset}
         for col, cond in TABLE2_COLUMNS.items():
@@ -122,6 +144,26 @@ def mean_blind_ratings(ratings_by_dataset: Mapping[str, RatingsFrame], primary_s
         row["n_ratings"] = int(blind["condition"].is_in(list(TABLE2_COLUMNS.values())).sum())
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def by_executions(build, primary_seed: int) -> pd.DataFrame:
+    """``build(seed)``'s rows for every execution pooled, then its rows for the primary
+    execution alone (the sensitivity rows), with the ``Executions`` column after the first.
+
+    Tables 2 and 19 use the same scope (``EXECUTIONS``); the pooled rows are the ones
+    compared with seed 002."""
+    frames = []
+    for seed in (None, primary_seed):
+        df = build(seed)
+        df.insert(1, EXECUTIONS, execution_label(seed))
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def table2(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
+    """Table 2: mean blind rating per dataset × peer condition and AllCorrect − AllWrong,
+    every execution pooled, then the primary execution alone as sensitivity rows."""
+    return by_executions(lambda seed: mean_blind_ratings(ratings_by_dataset, seed), primary_seed)
 
 
 # --------------------------------------------------------------------- Table 5

@@ -279,20 +279,28 @@ def _flag_column(ratings: pd.DataFrame, dataset: str) -> pd.Series:
 def table2_injection_excluded(ratings_by_dataset: Mapping[str, pd.DataFrame], primary_seed: int) -> pd.DataFrame:
     """Table 2 recomputed without the ratings of flagged answers, with what was left out.
 
+    The rows are Table 2's (every execution pooled, then the primary execution alone);
     ``excluded_answers`` / ``excluded_ratings`` count the flagged answers, and their
-    ratings, among the ratings Table 2 uses (open panel, blind, main corpus at the
-    primary seed, the four peer conditions); ``n_ratings`` is what remains.
+    ratings, among the ratings that row of Table 2 uses (open panel, blind, main corpus,
+    the four peer conditions); ``n_ratings`` is what remains.
     """
     from context_effects.conformity import descriptive as D
 
-    kept, excluded = {}, {}
+    kept, flagged = {}, {}
     for dataset, ratings in ratings_by_dataset.items():
         flag = _flag_column(ratings, dataset)
         kept[dataset] = ratings[~flag]
-        used = D.panel_blind(ratings[flag], primary_seed)
-        used = used[used["condition"].isin(tuple(D.TABLE2_COLUMNS.values()))]
-        excluded[dataset] = (int(used["answer_id"].nunique()), int(len(used)))
-    table = D.mean_blind_ratings(kept, primary_seed)
-    table["excluded_answers"] = [excluded[d][0] for d in table["Dataset"]]
-    table["excluded_ratings"] = [excluded[d][1] for d in table["Dataset"]]
-    return table
+        flagged[dataset] = ratings[flag]
+
+    def scope(seed: int | None) -> pd.DataFrame:
+        table = D.mean_blind_ratings(kept, seed)
+        counts = []
+        for dataset in table["Dataset"]:
+            used = D.panel_blind(flagged[dataset], seed)
+            used = used[used["condition"].isin(tuple(D.TABLE2_COLUMNS.values()))]
+            counts.append((int(used["answer_id"].nunique()), int(len(used))))
+        table["excluded_answers"] = [c[0] for c in counts]
+        table["excluded_ratings"] = [c[1] for c in counts]
+        return table
+
+    return D.by_executions(scope, primary_seed)

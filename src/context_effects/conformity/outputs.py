@@ -74,6 +74,19 @@ def _panel_note(s: Mapping[str, Any]) -> str:
             "missing ratings excluded.")
 
 
+def _executions_note(s: Mapping[str, Any]) -> str:
+    from context_effects.conformity import descriptive as D
+
+    return (f"Open judge panel, blind pass, main corpus; missing ratings excluded. Rows '{D.POOLED}' pool every "
+            f"execution ({', '.join(str(x) for x in s['seeds'])}), as Table 19 does; rows "
+            f"'{D.execution_label(s['primary_seed'])}' are the primary execution alone, a sensitivity "
+            "(docs/deviations.yaml#model-free-scope).")
+
+
+def _table2_settings(config: Config) -> dict[str, Any]:
+    return {**_panel_settings(config), "seeds": [int(x) for x in config["conformity"]["seeds"]]}
+
+
 def _notes(s: Mapping[str, Any]) -> list[str]:
     from context_effects.tables import run_notes
 
@@ -83,15 +96,15 @@ def _notes(s: Mapping[str, Any]) -> list[str]:
 def build_table2(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    table = D.mean_blind_ratings(_scanned(inputs["ratings"], s), s["primary_seed"])
-    return Built(table, [_panel_note(s), *_notes(s)])
+    table = D.table2(_scanned(inputs["ratings"], s), s["primary_seed"])
+    return Built(table, [_executions_note(s), *_notes(s)])
 
 
 def build_table2_injection_excluded(inputs, s) -> Built:
     from context_effects.conformity.injection import table2_injection_excluded
 
     table = table2_injection_excluded(_per_dataset(inputs["ratings"], s), s["primary_seed"])
-    return Built(table, [_panel_note(s) + " Ratings of answers flagged as addressing the judge (possible prompt "
+    return Built(table, [_executions_note(s) + " Ratings of answers flagged as addressing the judge (possible prompt "
                          "injection; docs/deviations.yaml#answer-injection-flags) are left out; excluded_answers and "
                          "excluded_ratings count them among Table 2's ratings.", *_notes(s)])
 
@@ -343,13 +356,14 @@ REGISTRY = Registry("conformity", [
               "An example of quality change without a simple answer flip ({datasets[0]}).", "tab:example",
               inputs=_revisions, settings=_dataset_settings, build=build_table1, align="lp{0.75\\linewidth}"),
     TableSpec("table2", "descriptive",
-              "Mean blind ratings by peer condition; the last column is AllCorrect minus AllWrong.",
-              "tab:mean-blind-ratings", inputs=_ratings, settings=_panel_settings, build=build_table2,
+              "Mean blind ratings by peer condition; the last column is AllCorrect minus AllWrong. Rows 'pooled' "
+              "pool every execution; the rows of the primary execution alone follow as a sensitivity.",
+              "tab:mean-blind-ratings", inputs=_ratings, settings=_table2_settings, build=build_table2,
               formats={"n_ratings": "d"}),
     TableSpec("table2_injection_excluded", "descriptive",
               "Sensitivity of Table 2: mean blind ratings by peer condition without the answers flagged as "
               "addressing the judge, with the number of answers and ratings excluded per dataset.",
-              "tab:mean-blind-ratings-injection-excluded", inputs=_ratings, settings=_panel_settings,
+              "tab:mean-blind-ratings-injection-excluded", inputs=_ratings, settings=_table2_settings,
               build=build_table2_injection_excluded,
               formats={"n_ratings": "d", "excluded_answers": "d", "excluded_ratings": "d"}),
     TableSpec("table5", "descriptive",
@@ -398,9 +412,10 @@ REGISTRY = Registry("conformity", [
                "rating a judge assigned to answers of its own model family, keeping anchors.",
                "tab:conformity-self-exclusion"),
     _fit_table("20",
-               "Anchor-scale sensitivity of the differential-harm contrast Asym_total as the pinned anchor "
-               "magnitude theta_a varies. Entries are posterior means with 95% credible intervals; the magnitude "
-               "should rescale with theta_a while signs and generator ordering stay.",
+               "Anchor-scale sensitivity of the differential-harm contrast Asym_total of the decomposition corpus "
+               "as the pinned anchor magnitude theta_a varies (the row at the main theta_a is the decomposition "
+               "fit). Entries are posterior means with 95% credible intervals; the magnitude should rescale with "
+               "theta_a while signs and generator ordering stay.",
                "tab:conformity-anchor-scale", {"theta_a": ".1f"}),
     _fit_table("3_generator_mean",
                "Sensitivity of the total Round 2 condition shifts and Asym_total (Table 3; Tables 10-12 for the "
@@ -465,10 +480,11 @@ REGISTRY = Registry("conformity", [
               formats={"Flesch RE": ".1f", "FK Grade": ".2f", "Fog": ".2f"}),
     TableSpec("table19", "metrics",
               "Model-free Round 2 rating shifts by benchmark and question-difficulty tercile (difficulty = mean "
-              "blind Round 1 rating), with a question-level bootstrap CI of |Delta All-Wrong| - Delta "
-              "All-Correct.", "tab:difficulty", inputs=_ratings,
-              settings=lambda config: _validation(config, "bootstrap_resamples", "bootstrap_seed",
-                                                  "confidence_level"),
+              "blind Round 1 rating), with the mean over questions of |Delta All-Wrong| - Delta All-Correct and "
+              "its question-level bootstrap CI.", "tab:difficulty", inputs=_ratings,
+              settings=lambda config: {**_validation(config, "bootstrap_resamples", "bootstrap_seed",
+                                                     "confidence_level"),
+                                       "primary_seed": int(config["conformity"]["primary_seed"])},
               build=_metrics_builder("table19"), formats={"questions": "d"}),
 ])
 

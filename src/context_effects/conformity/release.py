@@ -45,9 +45,9 @@ The open-ended prompt needs text, not letters, so when rendered (``peers.peer_bl
 Conditions map ``unanimous_correct`` / ``unanimous_wrong`` / ``mixed`` to the polarities
 correct / wrong / mixed, and ``_present`` / ``_absent`` to the authority variants.
 A dataset whose release file has none of the six rq1_rq3 conditions (MMLU-Pro: only the
-rq2a "commitment" file was released) has no released blocks and falls back to the
-project's seeded generator; ``peer_source`` says which, and the item table metadata
-records it.
+rq2a "commitment" file was released) has no released blocks; its blocks are built with the
+release's design (``conformity.release_design``); ``peer_source`` says which, and the item
+table metadata records it.
 """
 
 from __future__ import annotations

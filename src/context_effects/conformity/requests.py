@@ -270,7 +270,7 @@ def round2_requests(
     ``panel_seed``, by default the item table's recorded ``panel_seed`` (its sample
     seed), else ``DEFAULT_PANEL_SEED``. ``release_blocks`` (item_id -> released
     blocks), by default the item table's ``release_blocks`` when its ``peer_source``
-    used the release, replaces the generated panel of those items.
+    used the release or its design, replaces the generated panel of those items.
 
     ``round1_answers`` maps item_id -> the Round-1 text this generator returned in
     this execution, inserted verbatim as the assistant turn. Items without a usable
@@ -292,7 +292,8 @@ def round2_requests(
     if panel_seed is None:
         panel_seed = attrs.get("panel_seed", DEFAULT_PANEL_SEED)
     panel_seed = _int_seed(panel_seed)
-    if release_blocks is None and (attrs.get("peer_source") or {}).get("used") == "release":
+    # Released blocks, or blocks built with the release's design (conformity.release_design).
+    if release_blocks is None and (attrs.get("peer_source") or {}).get("used") in ("release", "release design"):
         release_blocks = attrs.get("release_blocks")
     release_blocks = release_blocks or {}
     if release_blocks and n_speakers != 6:

@@ -6,10 +6,11 @@ the report. Only counts and short reason labels are recorded, never request or
 reply text, so nothing secret or bulky can end up here.
 
 A job's ledger is a declared output of its rule, which Snakemake deletes when the
-job fails, so what a killed attempt paid for is kept in an :class:`AttemptLog`
-instead, outside the declared outputs; the attempt that finishes folds the earlier
-ones into its ledger (:meth:`Ledger.folded`), which then counts every call paid
-across attempts and lists each attempt in ``attempts``.
+job fails (also when it is killed after it finished) and before a forced rerun, so
+what every attempt paid for is kept in an :class:`AttemptLog` instead, outside the
+declared outputs and never emptied; the attempt that finishes folds all the earlier
+ones into its ledger (:meth:`Ledger.folded`), which then counts every call paid for
+the shard and lists each attempt in ``attempts``.
 """
 
 from __future__ import annotations
@@ -208,9 +209,12 @@ class AttemptLog:
     Every checkpoint of an attempt appends one line: a snapshot of that attempt's
     ledger, its id and how it stands (``running``, or how it ended), written with
     one ``write`` and fsynced. The attempt that finishes the job folds the last line
-    of every earlier attempt into its ledger (:meth:`Ledger.folded`) and removes the
-    log, so a forced rerun starts a fresh account. A line cut short by ``kill -9`` is
-    skipped. Counts only, like the ledger: no request or reply text.
+    of every earlier attempt into its ledger (:meth:`Ledger.folded`), records itself
+    as ``completed`` and compacts the log to one line per attempt. The log is not
+    removed: a ledger can be lost after it was written (Snakemake deletes the outputs
+    of a job killed at its very end, and before a forced rerun), and the next ledger
+    must still count what was paid. A line cut short by ``kill -9`` is skipped.
+    Counts only, like the ledger: no request or reply text.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -247,6 +251,22 @@ class AttemptLog:
             if isinstance(rec, dict) and rec.get("attempt"):
                 last[rec["attempt"]] = rec  # dicts keep first-insertion order: attempts stay in order
         return list(last.values())
+
+    def compact(self) -> None:
+        """Keep only each attempt's last record (all :meth:`previous` reads), replacing
+        the file atomically: killed half-way, the log is the old one or the new one."""
+        records = self.previous()
+        if not records:
+            return
+        data = "".join(json.dumps(rec, sort_keys=True) + "\n" for rec in records).encode("utf-8")
+        tmp = self.path.with_name(f".tmp-{os.getpid()}-{self.path.name}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -36,6 +36,14 @@ Reask = Callable[[LLMRequest, int, str], LLMRequest]
 #: its response row), before any study validator sees the text.
 REFUSAL = "refusal"
 EMPTY = "empty"
+#: An empty reply that ended because the output budget ran out (finish reason
+#: "length"): a reasoning model spent ``max_tokens`` before writing anything. Asking
+#: again at the same budget buys the same empty reply, so the runner never re-asks
+#: it and stops a job where it is the rule (``runner.BUDGET_STOP_AFTER``).
+BUDGET_EXHAUSTED = "budget_exhausted"
+#: The finish reason every backend gives a reply cut off at ``max_tokens``
+#: (Anthropic's "max_tokens" is mapped to it).
+LENGTH_FINISH_REASON = "length"
 #: Finish reasons by which a provider says the model declined: "refusal" is
 #: Anthropic's stop_reason and the backends' label for OpenAI's ``message.refusal``;
 #: "content_filter" is OpenAI's moderation cutting the reply.
@@ -43,16 +51,20 @@ REFUSAL_FINISH_REASONS = frozenset({REFUSAL, "content_filter"})
 
 
 def no_answer_reason(result: LLMResult) -> str | None:
-    """``"refusal"`` or ``"empty"`` for a successful reply that carries no answer, else ``None``.
+    """``"refusal"``, ``"budget_exhausted"`` or ``"empty"`` for a successful reply that
+    carries no answer, else ``None``.
 
     Empty means no text but whitespace *and* no first-token probabilities: a
     Yes/No probe read off the first position is an answer even when the decoded
-    text is empty (Study A's first-token method).
+    text is empty (Study A's first-token method). A reply with no text at all, cut
+    off at the output budget, is ``"budget_exhausted"``, not ``"empty"``: the fix is a
+    larger budget, not another ask. Whitespace up to the budget stays ``"empty"``: a
+    model that wrote something, if nothing useful, may do better when asked again.
     """
     if result.finish_reason in REFUSAL_FINISH_REASONS:
         return REFUSAL
     if not (result.text or "").strip() and not result.probe_probs and not result.first_token_logprobs:
-        return EMPTY
+        return BUDGET_EXHAUSTED if not result.text and result.finish_reason == LENGTH_FINISH_REASON else EMPTY
     return None
 
 

@@ -19,7 +19,12 @@ accounting, so never-pay-twice and resume are implemented once:
   kept in the store (it was paid for) and re-asked under a new key
   (``attempt + 1``) as the policy builds it; after ``max_attempts`` the item is
   returned as a miss carrying its reason in ``error`` (prefixed
-  ``INVALID_PREFIX``), never as a score.
+  ``INVALID_PREFIX``), never as a score;
+* an empty reply cut off at the output budget (``replies.BUDGET_EXHAUSTED``) is
+  stored and missing at once, never re-asked: the same budget buys the same empty
+  reply. Once such replies are the rule (``BUDGET_STOP_AFTER``) the runner sends
+  nothing more and raises :class:`OutputBudgetExhausted`, naming the model, the
+  budget and the setting that raises it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 from context_effects.llm.backends.base import Backend
 from context_effects.llm.ledger import Ledger
 from context_effects.llm.pricing import estimate_cost
-from context_effects.llm.replies import ReplyPolicy, accept_any, no_answer_reason
+from context_effects.llm.replies import BUDGET_EXHAUSTED, ReplyPolicy, accept_any, no_answer_reason
 from context_effects.llm.secrets import redact
 from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.store.rows import request_from_json, result_to_row, row_to_result
@@ -65,6 +70,40 @@ NO_RESULT = "backend returned no result for this request"
 #:   per batch and 1 800 an hour, for a saving of cents per SIGKILL.
 FLUSH_EVERY = 64
 FLUSH_INTERVAL_S = 5.0
+
+
+#: How many replies may come back empty at the output budget before the runner
+#: stops, provided they are at least as many as the replies that carried text: a
+#: model that ran out of budget on every one of the first few prompts will on the
+#: rest too, and each further call would buy nothing. A few such replies among
+#: many good ones (a rare long reasoning) are only recorded missing.
+BUDGET_STOP_AFTER = 3
+
+
+class OutputBudgetExhausted(RuntimeError):
+    """Replies came back empty at the output budget as a rule: the job stopped.
+
+    Everything received is in the store and the ledger is checkpointed. The budget
+    has to be raised (the requests change, and so their keys) before the shard is
+    answered again.
+    """
+
+
+def budget_message(request: LLMRequest, model_name: str | None, exhausted: int, replies: int, calls: int) -> str:
+    """Why the runner stopped and which setting to change, for one model."""
+    ref = request.model
+    budget = request.sampling.max_tokens
+    name = model_name or "<name>"
+    who = f"model {ref.model_id} ({ref.provider})"
+    if model_name:
+        who = f"model {model_name} ({ref.provider} {ref.model_id})"
+    return (
+        f"{who}: {exhausted} of {replies} replies came back empty, cut off at the output budget of "
+        f"max_tokens={budget} (finish reason 'length') before any answer; a reasoning model spends the budget "
+        f"on reasoning tokens first. Stopped after {calls} calls this attempt instead of asking the rest at the same "
+        f"budget. Raise models.{name}.capabilities.min_output_tokens above {budget} (e.g. {max(4 * budget, 2048)}) "
+        "and rerun; the replies paid for are stored, and counted in the next ledger of this shard."
+    )
 
 
 class StopRequested(Exception):
@@ -383,6 +422,7 @@ def run_requests(
     stop: threading.Event | None = None,
     on_checkpoint: Callable[[Ledger], None] | None = None,
     journal: str | os.PathLike[str] | None = None,
+    model_name: str | None = None,
 ) -> list[LLMResult]:
     """Answer ``requests`` (results in the same order), calling ``backend`` only for store misses.
 
@@ -397,7 +437,8 @@ def run_requests(
     ledger checkpoint (the answering job appends it to its attempts log).
     ``journal``: a file where each answer of an incremental backend is appended as it
     arrives; answers an earlier, killed run journaled are stored before anything is
-    asked (:class:`AnswerJournal`).
+    asked (:class:`AnswerJournal`). ``model_name``: the model's name under ``models:``,
+    for the message of :class:`OutputBudgetExhausted`.
     """
     requests = list(requests)
     if batch_size < 1:
@@ -425,6 +466,7 @@ def run_requests(
             items.append(req.key)
             current[req.key] = req
     led.requests += len(items)
+    calls_before = led.calls
     tries: dict[str, int] = {k: 0 for k in items}
     final: dict[str, LLMResult] = {}
 
@@ -473,15 +515,36 @@ def run_requests(
     def stopping() -> bool:
         return stop is not None and stop.is_set()
 
+    # Replies empty at the output budget, and the other replies that came back.
+    exhausted: list[LLMRequest] = []
+    replied = 0
+    budget_stop = False
+    stops_for_budget = bool(getattr(backend, "asks_models", True))
+
+    def budget_spent() -> bool:
+        return stops_for_budget and len(exhausted) >= BUDGET_STOP_AFTER and len(exhausted) >= replied
+
+    def stop_for_budget() -> OutputBudgetExhausted:
+        # The largest budget that still ran out: the one the setting must exceed.
+        worst = max(exhausted, key=lambda r: r.sampling.max_tokens)
+        return OutputBudgetExhausted(
+            budget_message(worst, model_name, len(exhausted), len(exhausted) + replied, led.calls - calls_before)
+        )
+
     def settle(item: str, req: LLMRequest, res: LLMResult, follow_up: list[str]) -> None:
+        nonlocal replied
         tries[item] += 1
         if res.ok:
             # A refusal or an empty reply carries no answer, whatever the study.
             reason = no_answer_reason(res)
+            if reason == BUDGET_EXHAUSTED:
+                exhausted.append(req)
+            else:
+                replied += 1
             if reason is None:
                 _, reason = policy.validate(res.text)  # type: ignore[arg-type]
             if reason is not None:
-                if tries[item] < max_attempts:
+                if tries[item] < max_attempts and reason != BUDGET_EXHAUSTED:
                     current[item] = policy.reask(req, req.attempt + 1, reason)
                     led.reasks += 1
                     follow_up.append(item)
@@ -507,6 +570,9 @@ def run_requests(
                     settle(item, req, hit, follow_up)
                 else:
                     misses.setdefault(req.key, []).append(item)
+            if budget_spent():
+                # Stored replies already show it: asking the misses would buy the same.
+                raise stop_for_budget()
 
             miss_keys = list(misses)
             for chunk in _batches(miss_keys, batch_size):
@@ -541,6 +607,10 @@ def run_requests(
                         # Settled on arrival, so progress moves per answer, not per batch.
                         for item in misses[req.key]:
                             settle(item, req, res, follow_up)
+                        if not budget_stop and budget_spent():
+                            # The calls in flight still come back (paid); nothing new is sent.
+                            budget_stop = True
+                            backend.request_stop()
                 finally:
                     # Also when the backend raised or the job is being interrupted:
                     # cancel what is still running, then store whatever was
@@ -552,6 +622,8 @@ def run_requests(
                     led.batches += 1
                     writer.flush()
                     bar.batch_done(led)
+                if budget_stop:
+                    raise stop_for_budget()
                 if stopping() and len(got) < len(batch):
                     raise StopRequested(
                         f"stopped with {len(batch) - len(got)} of {len(batch)} requests of a batch not sent; "

@@ -8,12 +8,16 @@ many asks a reply gets, so the rule stays the same for every study and stage.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import logging
 import os
 import signal
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +26,23 @@ import pyarrow.parquet as pq
 
 from context_effects.llm.ledger import RUNNING, AttemptLog, Ledger
 from context_effects.llm.replies import resolve_policy
-from context_effects.llm.runner import AnswerJournal, FLUSH_EVERY, FLUSH_INTERVAL_S, StopRequested, invalid_reason, run_requests
+from context_effects.llm.runner import (
+    FLUSH_EVERY,
+    FLUSH_INTERVAL_S,
+    AnswerJournal,
+    OutputBudgetExhausted,
+    StopRequested,
+    invalid_reason,
+    run_requests,
+)
 from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.store.rows import request_from_json, request_json, result_to_row
 from context_effects.llm.types import LLMRequest
 from context_effects.utc import utc_now_iso
 
 META_KEY = b"context_effects.shard"
+
+log = logging.getLogger(__name__)
 
 
 class ShardIncomplete(RuntimeError):
@@ -113,6 +127,144 @@ class _StopOnSignal:
     @property
     def name(self) -> str:
         return signal.Signals(self.signum or signal.SIGTERM).name
+
+
+class ShardBusy(RuntimeError):
+    """Another live process is answering the same shard (see :class:`ShardLock`)."""
+
+
+#: How often a job waiting for a shard's lock says again who holds it.
+LOCK_REPORT_EVERY_S = 60.0
+
+
+class ShardLock:
+    """One answering attempt at a time per shard, across processes and hosts.
+
+    Two processes answering one shard (two ``snakemake`` runs in one project, a job
+    resubmitted while the first still runs) would pay for its requests twice, and
+    the second would take the first's journal for a killed attempt's and move it
+    into the store under its own account. The attempt holds an exclusive ``flock``
+    on a file beside its attempts log, with its holder (host, pid, since when)
+    written into it. The kernel drops the lock when its holder dies, however it
+    dies, so a lock that is held is held by a live process: a second process waits
+    for it (saying whom it waits for), and only once it holds the lock does it
+    credit a killed attempt and recover its journal. Over NFS ``flock`` is a POSIX
+    lock kept by the server, released when the holder's client lease lapses.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        shard: str | Path,
+        *,
+        wait_s: float | None = None,
+        poll_s: float = 0.2,
+        report_every_s: float = LOCK_REPORT_EVERY_S,
+    ) -> None:
+        self.path = Path(path)
+        self.shard = str(shard)
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+        self.report_every_s = report_every_s
+        self._fd: int | None = None
+
+    def acquire(self, holder: Mapping[str, Any]) -> None:
+        """Take the lock, waiting while a live process holds it; write ``holder`` (with
+        ``since``, when it was taken) into it.
+
+        Raises :class:`ShardBusy` naming the holder when ``wait_s`` passes first.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        t0 = time.monotonic()
+        reported = None
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    if exc.errno not in _NO_LOCKS:
+                        raise
+                    # Some cluster filesystems (Lustre mounted without -o flock) have no
+                    # locks at all: answering unlocked is what every job did before.
+                    log.warning(
+                        "shard %s: %s has no file locks (%s); two processes on this shard would not be kept apart",
+                        self.shard, self.path.parent, exc.strerror,
+                    )
+                    os.close(fd)
+                    return
+                waited = time.monotonic() - t0
+                if self.wait_s is not None and waited >= self.wait_s:
+                    raise ShardBusy(
+                        f"shard {self.shard} is being answered by {self.describe_holder()}, still after "
+                        f"{waited:.0f}s; not answering it a second time. Let that process finish (or stop it) "
+                        f"and rerun; its lock is {self.path}"
+                    )
+                if reported is None or time.monotonic() - reported >= self.report_every_s:
+                    reported = time.monotonic()
+                    log.warning(
+                        "shard %s is being answered by %s; waiting for it to finish (waited %.0fs; lock %s)",
+                        self.shard, self.describe_holder(), waited, self.path,
+                    )
+                time.sleep(self.poll_s)
+            data = (json.dumps({**holder, "since": utc_now_iso()}, sort_keys=True) + "\n").encode("utf-8")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        except BaseException:
+            os.close(fd)  # releases the lock if it was taken
+            raise
+        if reported is not None:
+            log.warning("shard %s: the other process is done; answering it now", self.shard)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.ftruncate(self._fd, 0)  # an idle lock names nobody
+            # Unlocked explicitly: an engine process forked while it was held shares the
+            # descriptor, and closing ours alone would leave the lock held until it exits.
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def holder(self) -> dict[str, Any] | None:
+        """What the lock file says about its holder (``None`` if it says nothing readable)."""
+        try:
+            rec = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return rec if isinstance(rec, dict) else None
+
+    def describe_holder(self) -> str:
+        rec = self.holder()
+        if rec is None:
+            # Taken a moment ago, not yet written: the holder is alive all the same.
+            return "another process (it has not yet written its name into the lock)"
+        text = f"pid {rec.get('pid')} on host {rec.get('host')} (since {rec.get('since')})"
+        if rec.get("host") == socket.gethostname() and not _pid_alive(rec.get("pid")):
+            # flock is shared with children forked while it was held; one of them
+            # outliving the process that named itself keeps the lock.
+            text += "; that process is gone, so a child of it still holds the lock"
+        return text
+
+
+#: What ``flock`` fails with on a filesystem that has no locks.
+_NO_LOCKS = frozenset({errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK})
+
+
+def _pid_alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def default_attempts_log(ledger_path: str | Path) -> Path:
@@ -244,6 +396,19 @@ def answer_journal_path(attempts_log: str | Path) -> Path:
     return path.with_name(f"{path.stem}.answers.jsonl")
 
 
+def shard_lock_path(attempts_log: str | Path) -> Path:
+    """The lock an answering attempt holds (:class:`ShardLock`), beside its attempts log."""
+    path = Path(attempts_log)
+    return path.with_name(f"{path.stem}.lock")
+
+
+#: The steps of a shard's end, in order, as ``answer_shard`` reports them to
+#: ``on_step``: every answer stored and checkpointed; the response shard written; the
+#: ledger written; the attempt recorded as completed; the journal removed. A kill
+#: after any of them leaves the shard's account whole (tests/faults/test_cost_ledger.py).
+END_STEPS = ("answered", "responses", "ledger", "completed", "done")
+
+
 def answer_shard(
     requests_path: str | Path,
     responses_path: str | Path,
@@ -258,6 +423,9 @@ def answer_shard(
     flush_interval_s: float | None = FLUSH_INTERVAL_S,
     stop_grace_s: float = STOP_GRACE_S,
     handle_signals: bool = True,
+    model_name: str | None = None,
+    lock_wait_s: float | None = None,
+    on_step: Callable[[str], None] | None = None,
 ) -> Ledger:
     """Answer one shard; answers are in the store as they arrive, and a killed job's spending is kept.
 
@@ -267,14 +435,61 @@ def answer_shard(
     flight come back for up to ``stop_grace_s``, everything received is stored and
     :class:`JobInterrupted` is raised. Every attempt appends its ledger to ``attempts_log`` (default
     :func:`default_attempts_log`), which is no declared output and so survives a
-    failed job; the attempt that finishes writes the ledger at ``ledger_path``
-    with the earlier attempts folded in (calls paid across attempts, and each
-    attempt listed) and removes the log. Returns that ledger.
+    failed job, and is never emptied: the attempt that finishes writes the ledger at
+    ``ledger_path`` with every earlier attempt at the shard folded in, completed ones
+    included (calls paid across attempts, and each attempt listed). Snakemake deletes
+    the outputs of a job killed even after it finished, and of a forced rerun, so the
+    ledger of whichever attempt writes it last counts every call paid for the shard.
+    Returns that ledger.
+
+    Only one process answers a shard at a time (:class:`ShardLock`): another waits
+    for it, for at most ``lock_wait_s`` (``None``: as long as it holds it), then
+    raises :class:`ShardBusy`. Replies that come back empty at the output budget as
+    a rule raise :class:`~context_effects.llm.runner.OutputBudgetExhausted`, whose
+    message names ``model_name`` (the model's name under ``models:``) and the setting
+    to raise. ``on_step(name)`` is called after each step of the shard's end
+    (:data:`END_STEPS`).
     """
     requests, policy = read_request_shard(requests_path)
     reply_policy = resolve_policy(policy["reply_policy"], policy["policy_params"])
     log = AttemptLog(attempts_log if attempts_log is not None else default_attempts_log(ledger_path))
     journal = AnswerJournal(answer_journal_path(log.path))
+    lock = ShardLock(shard_lock_path(log.path), requests_path, wait_s=lock_wait_s)
+    lock.acquire({"host": socket.gethostname(), "pid": os.getpid(), "shard": str(requests_path)})
+    try:
+        return _answer_locked(
+            requests, policy, reply_policy, requests_path, responses_path, ledger_path, backend, store, log, journal,
+            batch_size=batch_size, progress=progress, flush_every=flush_every,
+            flush_interval_s=flush_interval_s, stop_grace_s=stop_grace_s, handle_signals=handle_signals,
+            model_name=model_name, on_step=on_step or (lambda step: None),
+        )
+    finally:
+        lock.release()
+
+
+def _answer_locked(
+    requests: list[LLMRequest],
+    policy: Mapping[str, Any],
+    reply_policy: Any,
+    requests_path: str | Path,
+    responses_path: str | Path,
+    ledger_path: str | Path,
+    backend: Any,
+    store: ResponseStore,
+    log: AttemptLog,
+    journal: AnswerJournal,
+    *,
+    batch_size: int,
+    progress: bool,
+    flush_every: int | None,
+    flush_interval_s: float | None,
+    stop_grace_s: float,
+    handle_signals: bool,
+    model_name: str | None,
+    on_step: Callable[[str], None],
+) -> Ledger:
+    """``answer_shard`` once this process holds the shard's lock."""
+    # Only the lock holder may take a journal for a killed attempt's.
     previous = _credit_journaled_calls(log, journal, store)
     started = utc_now_iso()
     attempt = f"{started}-{socket.gethostname()}-{os.getpid()}"
@@ -303,7 +518,8 @@ def answer_shard(
                 flush_interval_s=flush_interval_s,
                 stop=stop,
                 on_checkpoint=lambda _: record(RUNNING),
-                journal=answer_journal_path(log.path),
+                journal=journal.path,
+                model_name=model_name,
             )
         except StopRequested as exc:
             record(f"interrupted by {signals.name} after the calls in flight came back: {exc}")
@@ -311,9 +527,13 @@ def answer_shard(
         except JobInterrupted as exc:
             record(f"interrupted by {exc}")
             raise
+        except OutputBudgetExhausted:
+            record("stopped: replies empty at the output budget")
+            raise
         except BaseException as exc:
             record(f"failed: {type(exc).__name__}")
             raise
+    on_step("answered")
     final = ledger.folded(previous, attempt=attempt, outcome="completed", started=started)
     # A failed call (not an invalid reply) must not become a finished output:
     # fail the job so Snakemake reruns it; answers already paid for are in the
@@ -337,10 +557,16 @@ def answer_shard(
         rows.append(row)
     Path(responses_path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), responses_path)
+    on_step("responses")
     final.save(ledger_path)
-    # Folded into the ledger just written: a later (forced) rerun starts a fresh account.
-    log.clear()
+    on_step("ledger")
+    # Kept, not cleared: Snakemake deletes this ledger if the job is killed from here
+    # on or forced to rerun, and the next attempt's ledger must still count these calls.
+    record("completed")
+    log.compact()
+    on_step("completed")
     journal.path.unlink(missing_ok=True)  # only marks are left in it: every answer is stored
+    on_step("done")
     return final
 
 

@@ -6,16 +6,17 @@ Every table of seed 002 that reports a model quantity comes from one of these fi
 ================================  =========================================================  ===============
 variant                           data and model                                             tables
 ================================  =========================================================  ===============
-``main``                          main corpus of the primary seed, open-weight judge panel   3, 4, 9, 17, 20
+``main``                          main corpus of the primary seed, open-weight judge panel   3, 4, 9, 17
                                   (``conformity.judges``), θ_a = ``fit.theta_anchor``        table4_by_dataset
-``decomposition``                 decomposition corpus, same panel; shifts built from the    9, 10-12
+``decomposition``                 decomposition corpus, same panel; shifts built from the    9, 10-12, 20
                                   increments Δ_sp, Δ_content,k, Δ_pp,c (App. C.1 priors on
                                   η_regen, η_content and η)
 ``self-excluded``                 ``main`` without every rating a judge gave to an answer    9, 17
                                   of its own model family (anchors kept)
-``theta-<θ>``                     ``main`` with anchors pinned at ±θ, for every θ in         9, 20
-                                  ``fit.theta_anchor_sensitivity`` other than θ_a (that one
-                                  is ``main``), on ``fit.theta_anchor_datasets``
+``theta-<θ>``                     ``decomposition`` with anchors pinned at ±θ, for every θ   9, 20
+                                  in ``fit.theta_anchor_sensitivity`` other than θ_a (that
+                                  one is ``decomposition`` itself), on
+                                  ``fit.theta_anchor_datasets``
 ``hosted-<judge>``                ``main`` with the panel plus one hosted judge (the         4 (API rows), 9,
                                   five-judge refits), on ``hosted_judge_datasets``           table4_by_dataset
 ``reference-free``                ``main`` with the anchors scored reference-free instead    9,
@@ -29,6 +30,13 @@ variant                           data and model                                
 ``decomposition-generator-mean``  ``decomposition`` with the same baseline means             9,
                                                                                              table3_generator_mean
 ================================  =========================================================  ===============
+
+The anchor-scale refits are refits of the decomposition fit: seed 002's Table 20 row at
+θ_a = 1.5 is the TruthfulQA decomposition corpus's Asym_total (−Δ_total,AW − Δ_total,AC of
+its Table 10: Gemma 0.06 + 0.02 and Llama 0.32 + 0.02, i.e. 0.07-0.09 and 0.33-0.35 at that
+rounding, against Table 20's +0.07 and +0.35), not the main fit's (Table 3: +0.061 and
++0.327, i.e. +0.06 and +0.33), and its Table 9 lists the anchor-scale fits beside the
+decomposition fit's diagnostics (docs/deviations.yaml#anchor-scale-refits).
 
 The paper's model (every variant but the two generator-mean ones) has b_t ~ N(0, σ_b): when
 generators differ in mean quality, the shrinkage of b_t toward 0 is absorbed into each
@@ -186,14 +194,18 @@ def _plan(config: Mapping[str, Any]) -> tuple[list[FitSpec], dict[str, str]]:
         )
     thetas = [float(t) for t in f["theta_anchor_sensitivity"] if float(t) != theta_a]
     theta_ds = [d for d in f["theta_anchor_datasets"] if d in datasets]
-    if thetas and theta_ds:
+    decompositions = {s.dataset: s for s in plan if s.kind == "decomposition"}
+    if thetas and theta_ds and decompositions:
+        # Refits of the decomposition fit (module docstring: seed 002 Tables 9, 10, 20).
         for ds in theta_ds:
             for t in thetas:
-                plan.append(FitSpec(ds, theta_variant(t), "theta", **{**base, "theta_anchor": t}))
+                plan.append(replace(decompositions[ds], variant=theta_variant(t), kind="theta", theta_anchor=t))
     else:
         omitted["theta"] = (
             "no anchor scale other than fit.theta_anchor is configured" if not thetas
-            else "none of fit.theta_anchor_datasets is among conformity.datasets"
+            else "none of fit.theta_anchor_datasets is among conformity.datasets" if not theta_ds
+            else "the anchor-scale refits are refits of the decomposition fit, and the decomposition corpus is "
+                 "disabled (conformity.decomposition.enabled)"
         )
     hosted = list(c["hosted_judges"])
     hosted_ds = [d for d in c["hosted_judge_datasets"] if d in datasets]

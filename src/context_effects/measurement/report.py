@@ -374,16 +374,18 @@ class Builder:
     # ------------------------------------------------------------------ Table 20
 
     def table20(self) -> Built:
+        """Asym_total of the decomposition fit (the row at θ_a) and of its anchor-scale refits
+        (measurement.pipeline: seed 002's Table 20 comes from the decomposition corpus)."""
         cols = ["Dataset", "Model", "theta_a", "Asym_total", "Fit", "Diagnostics"]
         theta_a = float(self.s["theta_anchor"])
         rows, used = [], []
         theta_specs = specs_for(self.plan, kind="theta")
         datasets = [d for d in self.s["theta_anchor_datasets"] if d in self.s["datasets"]]
-        mains = {s.dataset: s for s in specs_for(self.plan, kind="main")}
+        bases = {s.dataset: s for s in specs_for(self.plan, kind="decomposition")}
         for ds in datasets:
             by_theta: dict[float, FitSpec] = {s.theta_anchor: s for s in theta_specs if s.dataset == ds}
-            if ds in mains:
-                by_theta[theta_a] = mains[ds]
+            if ds in bases:
+                by_theta[theta_a] = bases[ds]
             fits = [(t, self._res(by_theta[t])) for t in sorted(by_theta)]
             used.extend(r for _, r in fits)
             for g in self.s["generators"]:
@@ -396,12 +398,14 @@ class Builder:
                         "Fit": res.spec.variant,
                         "Diagnostics": res.status,
                     })
-        extra = []
+        extra = ["Fits of the decomposition corpus: the row at the main anchor scale is the decomposition fit "
+                 "(Tables 10-12), the others its refits with the anchors pinned at +-theta_a "
+                 "(docs/deviations.yaml#anchor-scale-refits)."]
         if "theta" in self.omitted:
-            extra.append(f"Only the main fit's anchor scale: {self.omitted['theta']}.")
+            extra.append(f"Only the decomposition fit's anchor scale: {self.omitted['theta']}.")
         reason = "none of fit.theta_anchor_datasets is among conformity.datasets"
-        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, reason if mains else
-                                                                       "no main-corpus fit in this run")
+        df = pd.DataFrame(rows, columns=cols) if rows else self._empty(cols, reason if bases else
+                                                                       "no decomposition-corpus fit in this run")
         return Built(df, self._notes(used, extra))
 
     # ------------------------------------------------------------------ Table 3, generator means
@@ -564,7 +568,7 @@ def table_fits(config: Mapping[str, Any], number: str) -> list[FitSpec]:
         return specs_for(plan, kind="main") + specs_for(plan, kind="self-excluded")
     if number == "20":
         ds = set(config["conformity"]["fit"]["theta_anchor_datasets"])
-        return [s for s in specs_for(plan, kind="main") + specs_for(plan, kind="theta") if s.dataset in ds]
+        return [s for s in specs_for(plan, kind="decomposition") + specs_for(plan, kind="theta") if s.dataset in ds]
     for dataset, n in DECOMPOSITION_TABLES.items():
         if str(n) == number:
             return specs_for(plan, kind="decomposition", dataset=dataset)

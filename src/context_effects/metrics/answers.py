@@ -24,6 +24,8 @@ TABLE_CONDITIONS = {
     "peer_wrong": "All-Wrong",
 }
 DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
+#: The block an answer shown no block is compared with (``scoring_frame``).
+EMPTY_BLOCK = ""
 
 
 def _text(v) -> str | None:
@@ -34,7 +36,13 @@ def scoring_frame(answers: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
     """Answers with text, joined to their item's question, gold answer and wrong attractor.
 
     ``shown_block`` is what the generator saw besides the question: the peer block for
-    peer arms, the content block for content-only arms, else None.
+    peer arms, the content block for content-only arms, and the empty block ``""`` for
+    answers shown none (Round 1, no-peer); anchors, which no generator wrote, get None.
+
+    The empty block is what seed 002's Table 14 compares no-peer answers with: its No-Peer
+    sim_peer cells are -0.005, 0.009 and -0.019, the cosine of an answer with an empty
+    text, while an item's own peer block scores far from zero
+    (docs/deviations.yaml#similarity-to-shown-block).
     """
     need = {"answer_id", "dataset", "item_id", "condition", "text"}
     if missing := need - set(answers.columns):
@@ -56,7 +64,8 @@ def scoring_frame(answers: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
         df = df.join(items.set_index("item_id")["question"], on="item_id")
     df["is_anchor"] = df["condition"].isin(ANCHOR_CONDITIONS)
     df["shown_block"] = [
-        _text(p) or _text(c) for p, c in zip(df["peer_block"], df["content_block"])
+        None if anchor else (_text(p) or _text(c) or EMPTY_BLOCK)
+        for p, c, anchor in zip(df["peer_block"], df["content_block"], df["is_anchor"])
     ]
     return df.reset_index(drop=True)
 

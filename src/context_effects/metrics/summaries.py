@@ -9,15 +9,19 @@ quality θ̂ (``theta_mean`` of the measurement fit) and each external metric ov
 non-anchor answers both tables hold; false endorsement enters negated (higher = better).
 
 Table 19 (model-free, blind ratings of the judge panel, hosted judges excluded, main
-corpus, every execution):
+corpus; every execution pooled, with the primary execution alone as a sensitivity row):
 * an answer's rating = mean of its ok blind ratings over judges;
 * its shift = its rating − the rating of the Round-1 answer of its trial;
 * a question's Δ_c = mean shift of its condition-c answers (generators, executions,
   authority variants pooled);
 * difficulty = the question's mean blind Round-1 rating; terciles by rank within the
   dataset (ties broken by item id), lowest third = hard;
-* per tercile, Δ_c = mean over its questions, and |Δ_AW| − Δ_AC with a percentile
-  bootstrap CI resampling questions with replacement (``question_bootstrap``).
+* per tercile, Δ_c = mean over its questions, and the mean over its questions of
+  |Δ_AW,q| − Δ_AC,q with a percentile bootstrap CI resampling questions with
+  replacement (``question_bootstrap``). The absolute value is taken per question, not of
+  the tercile mean: seed 002's TruthfulQA hard tercile prints Δ_AC = +0.116 and
+  Δ_AW = −0.083, so |mean Δ_AW| − mean Δ_AC would be −0.033, yet it prints +0.151
+  [+0.069, +0.238] (docs/deviations.yaml#difficulty-terciles).
 """
 
 from __future__ import annotations
@@ -141,30 +145,39 @@ def convergent_validity(rows: pd.DataFrame, quality: Mapping[str, pd.DataFrame])
 def question_bootstrap(
     delta_wrong: np.ndarray, delta_correct: np.ndarray, n_resamples: int, seed: int, level: float = 0.95
 ) -> tuple[float, float, float]:
-    """|mean Δ_AW| − mean Δ_AC and its percentile CI, resampling questions (pairs) with replacement."""
+    """mean over questions of |Δ_AW,q| − Δ_AC,q and its percentile CI, resampling questions
+    (pairs) with replacement; every replicate is the same per-question mean of its resample.
+
+    The magnitude is per question (seed 002 App. F.2, Table 19: "the difference between the
+    magnitude of the all-wrong shift and the all-correct shift"; only the per-question
+    reading fits its printed numbers, module docstring)."""
     aw, ac = np.asarray(delta_wrong, float), np.asarray(delta_correct, float)
     if aw.shape != ac.shape or aw.ndim != 1:
         raise ValueError("delta_wrong and delta_correct must be 1-d arrays, one value per question")
     n = len(aw)
-    estimate = abs(aw.mean()) - ac.mean() if n else np.nan
+    diff = np.abs(aw) - ac
+    estimate = diff.mean() if n else np.nan
     if n < 2:
         return float(estimate), np.nan, np.nan
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(n_resamples, n))
-    boot = np.abs(aw[idx].mean(axis=1)) - ac[idx].mean(axis=1)
+    boot = diff[idx].mean(axis=1)
     alpha = (1 - level) / 2
     lo, hi = np.quantile(boot, [alpha, 1 - alpha])
     return float(estimate), float(lo), float(hi)
 
 
-def question_shifts(ratings: pd.DataFrame) -> pd.DataFrame:
-    """Per (dataset, item): mean blind Round-1 rating and Δ of each peer condition."""
+def question_shifts(ratings: pd.DataFrame, execution: int | None = None) -> pd.DataFrame:
+    """Per (dataset, item): mean blind Round-1 rating and Δ of each peer condition, over the
+    main-corpus ratings of execution ``execution`` (None: every execution pooled)."""
     need = {"answer_id", "dataset", "corpus", "seed", "generator", "item_id", "condition",
             "pass", "rating", "status", "hosted"}
     if missing := need - set(ratings.columns):
         raise ValueError(f"ratings table lacks columns {sorted(missing)}")
     r = ratings[(ratings["pass"] == "blind") & (ratings["status"] == "ok") & ~ratings["hosted"].astype(bool)
                 & (ratings["corpus"] == "main")]
+    if execution is not None:
+        r = r[pd.to_numeric(r["seed"], errors="coerce") == execution]
     per_answer = r.groupby(["dataset", "seed", "generator", "item_id", "condition", "answer_id"],
                            dropna=False)["rating"].mean().reset_index()
     r1 = per_answer[per_answer["condition"] == "round1"].set_index(["dataset", "seed", "generator", "item_id"])["rating"]
@@ -191,9 +204,27 @@ def assign_terciles(q: pd.DataFrame) -> pd.Series:
     return labels
 
 
-def difficulty_table(ratings: pd.DataFrame, n_resamples: int, seed: int, level: float = 0.95) -> pd.DataFrame:
-    """Table 19."""
-    q = question_shifts(ratings)
+def difficulty_table(ratings: pd.DataFrame, n_resamples: int, seed: int, level: float = 0.95,
+                     primary_seed: int | None = None) -> pd.DataFrame:
+    """Table 19: every execution pooled (the rows compared with seed 002, the scope of
+    Table 2); with ``primary_seed``, the same rows over that execution alone follow as a
+    sensitivity (``Executions`` column; docs/deviations.yaml#model-free-scope). Terciles
+    are formed within each scope from its own Round-1 ratings."""
+    from context_effects.conformity.descriptive import by_executions
+
+    if primary_seed is None:
+        return _difficulty_rows(ratings, None, n_resamples, seed, level)
+    return by_executions(lambda execution: _difficulty_rows(ratings, execution, n_resamples, seed, level),
+                         primary_seed)
+
+
+DIFFICULTY_COLUMNS = ["Dataset", "Stratum", "questions", "Delta All-Correct", "Delta Mixed", "Delta All-Wrong",
+                      "|Delta AW| - Delta AC", "CI low", "CI high"]
+
+
+def _difficulty_rows(ratings: pd.DataFrame, execution: int | None, n_resamples: int, seed: int,
+                     level: float) -> pd.DataFrame:
+    q = question_shifts(ratings, execution)
     q["stratum"] = assign_terciles(q)
     records = []
     for dataset in [d for d in DATASET_LABELS if d in set(q["dataset"])]:
@@ -208,4 +239,4 @@ def difficulty_table(ratings: pd.DataFrame, n_resamples: int, seed: int, level: 
                 "Delta All-Wrong": g["peer_wrong"].mean(),
                 "|Delta AW| - Delta AC": est, "CI low": lo, "CI high": hi,
             })
-    return pd.DataFrame(records)
+    return pd.DataFrame(records, columns=DIFFICULTY_COLUMNS)

@@ -82,7 +82,8 @@ def _neural_note(infos: list[dict[str, Any]]) -> str:
     return (f"SBERT: {info['sbert']['name']} ({info['sbert']['source']}); BERTScore: {b['name']} "
             f"({b['source']}), layer {b['num_layers']}, baseline rescaling "
             f"{'on' if b['rescale_with_baseline'] else 'off'}. sim_peer compares with the block the "
-            "generator saw; no-peer answers saw none (--).")
+            "generator saw; a no-peer answer saw none and is compared with an empty block, as seed 002's "
+            "near-zero No-Peer cells are (docs/deviations.yaml#similarity-to-shown-block).")
 
 
 def table14(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
@@ -111,10 +112,17 @@ def table18(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
 
 
 def table19(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
+    from context_effects.conformity.descriptive import POOLED, execution_label
+
     ratings = read_shards(inputs["ratings"])
-    df = summaries.difficulty_table(ratings, s["bootstrap_resamples"], s["bootstrap_seed"], s["confidence_level"])
-    return Built(df, [f"Percentile bootstrap, {s['bootstrap_resamples']} resamples of questions, level "
-                      f"{s['confidence_level']}; blind ratings of the judge panel (hosted judges excluded).",
+    df = summaries.difficulty_table(ratings, s["bootstrap_resamples"], s["bootstrap_seed"], s["confidence_level"],
+                                    primary_seed=s["primary_seed"])
+    return Built(df, ["|Delta AW| - Delta AC is the mean over a stratum's questions of each question's "
+                      "|Delta AW| - Delta AC (docs/deviations.yaml#difficulty-terciles). Percentile bootstrap, "
+                      f"{s['bootstrap_resamples']} resamples of questions, level {s['confidence_level']}; blind "
+                      f"ratings of the judge panel (hosted judges excluded), main corpus. Rows '{POOLED}' pool every "
+                      f"execution, as Table 2 does; rows '{execution_label(s['primary_seed'])}' are the primary "
+                      "execution alone, a sensitivity (docs/deviations.yaml#model-free-scope).",
                       *run_notes(s["run_kind"])])
 
 

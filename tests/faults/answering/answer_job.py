@@ -1,4 +1,4 @@
-"""One answering job, as tests/test_llm_kill_resume.py kills it.
+"""One answering job, as tests/test_llm_kill_resume.py and tests/faults/test_cost_ledger.py kill it.
 
 ``llm.shards.answer_shard`` with an OpenAI backend pointed at tests/provider_server.py,
 the way workflow/scripts/answer_requests.py runs a shard under Snakemake, in its own
@@ -6,15 +6,22 @@ process so that it can be killed. Imports first, then prints ``ready`` and waits
 the server's base URL on stdin: the test starts the next job while it checks the
 previous one, so the import time is not paid inside each kill-and-rerun.
 
+``--signal-at STEP`` sends the job SIGTERM just after that step of the shard's end
+(``llm.shards.END_STEPS``), where its default action kills it, as a time limit or a
+stopping ``snakemake`` would. Log records (a wait for another process's shard lock)
+go to stderr.
+
 Exit status: 0 when the shard is answered, 128 + signal number when the job stopped
 on SIGTERM/SIGINT after storing what it had received (the status a shell gives a
-process killed by that signal).
+process killed by that signal), -15 when killed at ``--signal-at``.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -54,10 +61,12 @@ def main() -> None:
     ap.add_argument("--max-concurrency", type=int, default=64)
     ap.add_argument("--flush-every", type=int, default=16)
     ap.add_argument("--flush-interval", type=float, default=0.5)
+    ap.add_argument("--signal-at", default=None)
     args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
 
     from context_effects.llm.backends.openai_api import OpenAIBackend
-    from context_effects.llm.shards import JobInterrupted, answer_shard
+    from context_effects.llm.shards import END_STEPS, JobInterrupted, answer_shard
     from context_effects.llm.store.responses import ResponseStore
 
     _warm_up()
@@ -65,6 +74,13 @@ def main() -> None:
     base_url = sys.stdin.readline().strip()
     if not base_url:  # the test went away without starting this job
         return
+    if args.signal_at is not None and args.signal_at not in END_STEPS:
+        raise SystemExit(f"--signal-at: one of {END_STEPS}, not {args.signal_at!r}")
+
+    def on_step(step: str) -> None:
+        if step == args.signal_at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
     backend = OpenAIBackend(
         base_url=base_url,
         concurrency=args.concurrency,
@@ -85,6 +101,7 @@ def main() -> None:
                 attempts_log=args.attempts,
                 flush_every=args.flush_every,
                 flush_interval_s=args.flush_interval,
+                on_step=on_step,
             )
     except JobInterrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr, flush=True)

@@ -126,7 +126,9 @@ class AnthropicBackend(HostedAPIBackend):
         # An empty content list and stop_reason "refusal" are replies, paid for like
         # any other: returned as answers (text "" and finish reason "refusal" kept
         # verbatim), so they are stored and the runner re-asks them and finally records
-        # them missing as "empty"/"refusal" (llm/replies.py, no_answer_reason).
+        # them missing as "empty"/"refusal" (llm/replies.py, no_answer_reason); with
+        # stop_reason "max_tokens" (thinking spent the budget) as "budget_exhausted",
+        # never re-asked.
         if not texts:
             notes.append(f"no text in the reply (stop_reason={stop})")
         if data.get("model"):

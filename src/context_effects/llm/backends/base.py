@@ -29,6 +29,10 @@ class Backend(ABC):
     #: (``None`` when unknown). Their results still come when the call ends; this only
     #: lets a progress display move while it runs.
     on_progress: Callable[[int, int | None], None] | None = None
+    #: False for a backend that only serves stored answers (replay): it reproduces a run
+    #: as it was, so the runner does not stop it for replies empty at the output budget,
+    #: a stop that is only there to keep a model from being asked in vain.
+    asks_models: bool = True
 
     def __init__(self, *, state_dir: Path | None = None) -> None:
         # Somewhere to persist provider-side state (e.g. Batch API ids) so that a

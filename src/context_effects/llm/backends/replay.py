@@ -42,6 +42,7 @@ class ReplayMiss(LookupError):
 
 class ReplayBackend(Backend):
     name = "replay"
+    asks_models = False
 
     def __init__(self, store: ResponseStore, *, state_dir: Path | None = None) -> None:
         super().__init__(state_dir=state_dir)

@@ -150,3 +150,29 @@ def test_multiple_choice_verification_items_show_the_options():
         "Question: Which is a gas?\nOptions:\nA. Iron\nB. Oxygen\nC. Salt\nProposed answer: B. Oxygen")
     assert items.loc["q1:wrong", "content"].endswith("Proposed answer: A. Iron")
     assert items.loc["t1:correct", "content"] == "Question: Q?\nProposed answer: yes"
+
+
+def test_published_model_rows_ask_only_for_methods_the_model_can_have():
+    """Seed 000's Nano numbers (Figure 8's ratio 1.41 -> 1.12) come from sampled outcomes:
+    GPT-5 nano returns no logprobs, so a first_token row of it can never exist. Every
+    published per-model row names a method the paper config's model can produce."""
+    import csv
+
+    from context_effects.amel.requests import logprobs_available
+    from context_effects.config import load_config, validate_config
+
+    cfg = validate_config(load_config(REPO / "config" / "config.yaml"))
+    seen = 0
+    for path in sorted((REPO / "paper" / "published" / "amel").glob("*.csv")):
+        for r in csv.DictReader(path.open(newline="")):
+            sel = dict(part.split("=", 1) for part in r["row"].split("; ") if "=" in part)
+            if sel.get("scope") != "model":
+                continue
+            seen += 1
+            assert sel["group"] in cfg["models"], r["id"]
+            assert sel.get("method") in ("single_call", "samples", "first_token"), r["id"]
+            if sel["method"] == "first_token":
+                assert logprobs_available(cfg, sel["group"]), f"{r['id']}: {sel['group']} has no logprobs"
+            if r["id"].startswith("figure8.nano"):
+                assert sel["method"] == "single_call" and not logprobs_available(cfg, sel["group"])
+    assert seen >= 10

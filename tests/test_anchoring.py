@@ -375,6 +375,17 @@ def test_repetitions_are_distinct_requests_with_distinct_seeds_recorded_per_row(
     assert paper["repetitions"] >= 3 and paper["temperature"] > 0 and paper["top_p"] == 1.0
 
 
+def test_paper_config_pins_every_local_judge_to_a_hub_commit(repo):
+    """Model updates change results (the protocol): a local judge loads one commit of its weights."""
+    import re
+
+    cfg = validate_config(load_config(repo / "config" / "config.yaml"))
+    local = [j for j in cfg["anchoring"]["judges"] if cfg["models"][j]["backend"] == "vllm"]
+    assert len(local) == 4
+    for judge in local:
+        assert re.fullmatch(r"[0-9a-f]{40}", cfg["models"][judge]["revision"] or ""), judge
+
+
 def test_check_run_rejects_protocol_violations(small_tasks):
     reqs = judge_requests(small_tasks, "sim", SIM, SETTINGS)
     check_run(reqs, small_tasks, 2)
@@ -387,6 +398,24 @@ def test_check_run_rejects_protocol_violations(small_tasks):
         check_run(reqs[:i] + [chained] + reqs[i + 1:], small_tasks, 2)
     with pytest.raises(ValueError, match="exactly|once"):
         check_run(reqs[:-1], small_tasks, 2)
+
+
+def test_a_run_answered_by_two_model_versions_fails_and_the_result_names_the_version(small_tasks):
+    from context_effects.anchoring.scoring import check_one_version, judgments_frame, served_versions
+    from context_effects.llm.capabilities import SERVED_MODEL_NOTE
+
+    reqs = judge_requests(small_tasks, "sim", SIM, SETTINGS)
+    snapshot = [f"{SERVED_MODEL_NOTE}=gpt-4o-2024-08-06"] * len(reqs)
+    rows = pd.DataFrame({"ok": True, "text": '{"score": 3}', "notes": snapshot})
+    rows.loc[0, ["ok", "notes"]] = [False, None]  # a failed call answered nothing: no version
+    frame = judgments_frame(reqs, rows)
+    assert served_versions(frame) == {"gpt-4o-2024-08-06": len(reqs) - 1}
+    assert check_one_version(frame) == "gpt-4o-2024-08-06"
+    # The alias moved to a new snapshot for the last three judgments: the run is refused.
+    rows.loc[len(reqs) - 3:, "notes"] = f"{SERVED_MODEL_NOTE}=gpt-4o-2024-11-20"
+    with pytest.raises(ValueError, match=r"2 model versions: gpt-4o-2024-08-06 \(\d+ judgments\), "
+                                         r"gpt-4o-2024-11-20 \(3 judgments\)"):
+        check_one_version(judgments_frame(reqs, rows))
 
 
 # ----------------------------------------------------------------------------- metrics (hand-computed)

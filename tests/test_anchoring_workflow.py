@@ -90,6 +90,9 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
         # The published artefact: model, version, provider, date, settings, raw judgments, scorer, limitations.
         assert rec["model"]["provider"] == "synthetic" and rec["model"]["version"].startswith("synthetic-")
         assert rec["model"]["engine_versions"] == ["synthetic-1"]
+        # One version answered every judgment, and the result file says which.
+        (served, n_served), = rec["model"]["served_versions"].items()
+        assert served.endswith("@" + rec["model"]["version"]) and n_served == len(rec["judgments"])
         assert rec["date"]["date"] == rec["date"]["last_response"][:10]
         assert rec["settings"]["repetitions"] == REPS and rec["settings"]["temperature"] == 1.0
         # Each judgment row records its sampling seed and settings; repetitions differ in both seed and key.

@@ -22,10 +22,12 @@ from context_effects.anchoring.judging import SCORE_SCHEMA
 from context_effects.anchoring.prompts import CONDITIONS, templates
 from context_effects.anchoring.requests import STUDY, order_seed
 from context_effects.anchoring.scoring import (
+    check_one_version,
     check_run,
     dumps,
     judgments_frame,
     read_responses,
+    served_versions,
     summarise,
     task_metrics,
 )
@@ -101,6 +103,7 @@ def result_record(
     requests, rows = read_responses(responses_path, requests_path)
     check_run(requests, tasks, int(settings["repetitions"]))
     judgments = judgments_frame(requests, rows)
+    version = check_one_version(judgments)
     per_task = task_metrics(judgments, tasks, int(settings["verdict_threshold"]))
     boot_seed = int(settings["seed"])
     summary = summarise(
@@ -129,7 +132,9 @@ def result_record(
             "display_name": model_cfg["display_name"],
             "provider": ref.provider,
             "model_id": ref.model_id,
-            "version": ref.revision,
+            # The pinned revision of a local model, else the one snapshot the provider served.
+            "version": ref.revision or version,
+            "served_versions": served_versions(judgments),
             "base_url": ref.base_url,
             "family": model_cfg["family"],
             "params_b": model_cfg["params_b"],

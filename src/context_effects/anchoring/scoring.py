@@ -177,6 +177,28 @@ def check_run(requests: Sequence[LLMRequest], tasks: pd.DataFrame, repetitions: 
         )
 
 
+def served_versions(judgments: pd.DataFrame) -> dict[str, int]:
+    """Judgments answered per served model version (calls that failed answered nothing)."""
+    answered = judgments[~judgments["missing_reason"].fillna("").str.startswith("call_failed")]
+    return {str(v): int(n) for v, n in answered["served_model"].value_counts().sort_index().items()}
+
+
+def check_one_version(judgments: pd.DataFrame) -> str | None:
+    """The one model version that answered the run (None if nothing was answered).
+
+    The protocol compares conditions within one model version; an alias that moved to
+    a new snapshot mid-run would mix two models, so such a run fails naming both."""
+    versions = served_versions(judgments)
+    if len(versions) > 1:
+        listed = ", ".join(f"{v} ({n} judgments)" for v, n in versions.items())
+        raise ValueError(
+            f"the run was answered by {len(versions)} model versions: {listed}. Conditions must be compared within "
+            "one version: pin the model (a dated snapshot id for a hosted model, `revision` for a local one) and "
+            "answer the run again"
+        )
+    return next(iter(versions), None)
+
+
 def _sign_pull(prior: float, ref: float, moved: float) -> tuple[float, str]:
     """The seed's ``sign(prior - ref) * (moved - ref)``: a tie is 0, not left out (module docstring)."""
     if math.isnan(ref) or math.isnan(moved):

@@ -151,6 +151,12 @@ def release_problems(cfg: Config, workdir: str | Path | None = None) -> list[str
         if peers.get("n_speakers", 6) != 6:
             problems.append(f"`conformity.peers.source` is 'release' but `conformity.peers.n_speakers` = "
                             f"{peers['n_speakers']}; released blocks have 6 speakers: set it to 6")
+    elif conf.get("enabled", True):
+        from context_effects.conformity.peers import MAX_SPEAKERS
+
+        if peers.get("n_speakers", 6) > MAX_SPEAKERS:
+            problems.append(f"`conformity.peers.n_speakers` = {peers['n_speakers']}, but the generator has "
+                            f"distinct names, roles and phrasings for at most {MAX_SPEAKERS} speakers: lower it")
     return problems
 
 

@@ -154,3 +154,17 @@ def test_position_turns_beyond_the_history_fail_at_validation_not_in_a_job():
     validate_config(cfg)
     cfg["amel"].update(positions=[], position_biased_turns=7)  # no position runs: nothing to check
     validate_config(cfg)
+
+
+def test_more_generated_speakers_than_the_generator_has_fail_at_validation():
+    from context_effects.conformity.peers import MAX_SPEAKERS, peer_panel
+
+    cfg = copy.deepcopy(DEMO)
+    cfg["conformity"]["peers"] = {"source": "generated", "n_speakers": MAX_SPEAKERS + 1}
+    with pytest.raises(ConfigError, match=rf"`conformity\.peers\.n_speakers` = {MAX_SPEAKERS + 1}.*at most {MAX_SPEAKERS}"):
+        validate_config(cfg)
+    with pytest.raises(ValueError):  # what the first job would have said
+        peer_panel("x", 1, MAX_SPEAKERS + 1)
+    cfg["conformity"]["peers"]["n_speakers"] = MAX_SPEAKERS
+    validate_config(cfg)
+    assert len(peer_panel("x", 1, MAX_SPEAKERS).speakers) == MAX_SPEAKERS

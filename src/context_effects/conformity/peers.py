@@ -46,18 +46,20 @@ its six speakers in the released order, each with the released stance phrase and
 for the authority speaker, the released role. The letter each speaker named becomes
 text: the keyed letter -> ``gold_answer``; any other letter -> the item's one fixed
 ``wrong_attractor`` (the release draws wrong letters per condition and speaker; this
-project keeps one wrong text per item). One speaker renders as
-``{name}: {phrase}"{text}"`` or ``{name} ({role}): {phrase}"{text}"``, joined by
-``"; "`` like the generated block, so both fit the same inline template. The
-release's present and absent blocks are separate draws (other speakers, phrases and
+project keeps one wrong text per item). The block keeps the release's layout, the
+predecessor's template that seed 002 reuses byte for byte (App. A.8): one speaker per
+line, ``{name}: {phrase}{text}.`` or ``{name} ({role}): {phrase}{text}.``, lines
+separated by a blank line, with only the option letter replaced by the text. The
+line's final period is the release's; a text that already ends in a period does not get
+a second one. The release's present and absent blocks are separate draws (other speakers, phrases and
 positions), so for released blocks ``role_spans`` marks the one `` (role)`` span of
 the present block, and cutting it out does **not** give the absent block: the
 authority contrast of released blocks is the release's, not a one-span edit.
 Content blocks never use the release: the decomposition corpus keeps this module's
 unattributed rendering.
 
-Rendering
----------
+Rendering (generated blocks)
+----------------------------
 One speaker: ``{who} {verb phrase}: "{text}"`` where ``who`` is ``Maria Chen``
 (authority absent) or ``Maria Chen, a university professor,`` (present).
 Speakers are joined by ``"; "`` and content candidates likewise, so a block is one
@@ -82,6 +84,8 @@ import numpy as np
 from context_effects.conformity.conditions import AUTHORITY_VARIANTS, D_BY_POLARITY, POLARITIES
 
 SEPARATOR = "; "
+#: Between the speakers of a released block: the release's blank line.
+RELEASE_SEPARATOR = "\n\n"
 
 NAMES = (
     "Maria Chen", "James Okafor", "Priya Raman", "Daniel Weber", "Aisha Bello", "Tomas Herrera",
@@ -124,6 +128,8 @@ PHRASINGS = (
     "{who} offered this answer",
     "{who} stated",
 )
+#: A panel draws its speakers' names, roles and phrasings without replacement.
+MAX_SPEAKERS = min(len(NAMES), len(ROLES), len(PHRASINGS))
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,7 @@ def peer_panel(item_id: str, seed: int, n_speakers: int = 6) -> PeerPanel:
     ``seed`` is the panel seed (``sampling.seed``); passing an execution label here
     would make executions differ in their prompts.
     """
-    limit = min(len(NAMES), len(ROLES), len(PHRASINGS))
+    limit = MAX_SPEAKERS
     if not 2 <= n_speakers <= limit:
         raise ValueError(f"n_speakers must be between 2 and {limit} (distinct names, roles and phrasings); "
                          f"got {n_speakers}")
@@ -277,8 +283,14 @@ def content_block(item: Any, polarity: str, seed: int) -> Block:
     return Block(text=SEPARATOR.join(_quote(t) for t in texts), endorsed=texts)
 
 
+def released_line(who: str, phrase: str, text: str) -> str:
+    """One released speaker line with its option letter replaced by ``text``."""
+    return f"{who}: {phrase}{text}{'' if text.endswith('.') else '.'}"
+
+
 def released_block(release: Mapping[str, Any], polarity: str, authority: str, gold: str, wrong: str) -> Block:
-    """One released block rendered with texts: keyed letter -> ``gold``, any other -> ``wrong``."""
+    """One released block rendered with texts: keyed letter -> ``gold``, any other -> ``wrong``,
+    in the release's layout (module docstring, "Released blocks")."""
     try:
         speakers = release[f"{polarity}|{authority}"]
     except KeyError:
@@ -289,17 +301,17 @@ def released_block(release: Mapping[str, Any], polarity: str, authority: str, go
     pos = 0
     for sp in speakers:
         if parts:
-            pos += len(SEPARATOR)
+            pos += len(RELEASE_SEPARATOR)
         who = str(sp["name"])
         if sp.get("role"):
             label = f" ({sp['role']})"
             spans.append((pos + len(who), pos + len(who) + len(label)))
             who += label
-        unit = f"{who}: {sp['phrase']}{_quote(gold if sp['gold'] else wrong)}"
+        unit = released_line(who, str(sp["phrase"]), gold if sp["gold"] else wrong)
         parts.append(unit)
         pos += len(unit)
     endorsed = tuple(gold if sp["gold"] else wrong for sp in speakers)
-    return Block(text=SEPARATOR.join(parts), endorsed=endorsed, role_spans=tuple(spans))
+    return Block(text=RELEASE_SEPARATOR.join(parts), endorsed=endorsed, role_spans=tuple(spans))
 
 
 def without_role_labels(block: Block) -> str:

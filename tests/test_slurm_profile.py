@@ -72,7 +72,6 @@ def _submit(
         "--snakefile", str(REPO / "Snakefile"),
         "--directory", str(workdir),
         "--configfile=" + str(configfile),
-        "--software-deployment-method=env-modules",  # no conda here; the profile default is conda
         "--local-cores=1",  # local rules run for real beside the stubbed submissions
         *extra,
     )
@@ -150,13 +149,25 @@ def test_slurm_profile_as_installed_submits_cluster_jobs_only(workdir, tmp_path)
         argv = shlex.split(line)
         # Site settings from the profile: the partition chosen by the job's resources ...
         _assert_cpu_job(line)
-        assert _arg(argv, "-A") == "myaccount", line
+        # No account in the profile: none is sent, and sbatch charges the user's default one.
+        assert "-A" not in argv, line
         # ... and per-rule runtime and memory from the rules.
         assert "-t" in argv and "--mem" in argv, line
     # The demo's CPU models carry no GPU request; conversion gets its cores from the profile.
     convert = shlex.split(lines["convert_gguf_model"])
     assert _arg(convert, "-t") == "30" and _arg(convert, "--mem") == "8000"
     assert "--cpus-per-task=4" in convert
+
+
+def test_slurm_profile_ships_no_account_and_no_conda():
+    """A cluster user in the project venv must not die at `conda info`, and an unedited
+    account must not be sent: both are opt-in (docs/cluster.md)."""
+    import yaml
+
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert "software-deployment-method" not in profile and "sdm" not in profile
+    assert "slurm_account" not in profile["default-resources"]
+    assert "# software-deployment-method: conda" in (REPO / "profiles" / "slurm" / "config.yaml").read_text()
 
 
 def test_slurm_profile_config_resources_override(workdir, tmp_path):

@@ -45,6 +45,22 @@ def test_rule_resources_override_and_memory_growth(demo):
     assert other["runtime"] == 15 and other["mem_mb"](None, 1) == 4000
 
 
+def test_memory_growth_stops_at_the_largest_partition(demo, tmp_path, monkeypatch):
+    """A retry never asks for more memory than any partition has: that request could not run."""
+    parts = tmp_path / "partitions.yaml"
+    parts.write_text("partitions:\n  cpu: {max_mem_mb: 64000}\n  big: {max_mem_mb: 80000}\n  gpu: {max_gpu: 4}\n")
+    assert dag.partition_mem_cap(parts) == 80000
+    assert dag.partition_mem_cap(dag.PARTITIONS_FILE) == 256000  # the shipped profile's CPU partition
+    monkeypatch.setattr(dag, "partition_mem_cap", lambda path=None: 80000)
+    r = dag.rule_resources(demo, "answer_requests_vllm", runtime=240, mem_mb=32000)
+    assert [r["mem_mb"](None, a) for a in (1, 2, 3)] == [32000, 64000, 80000]
+    huge = dag.rule_resources(demo, "x", runtime=1, mem_mb=90000)  # above every partition: asked as set
+    assert [huge["mem_mb"](None, a) for a in (1, 2)] == [90000, 90000]
+    monkeypatch.setattr(dag, "partition_mem_cap", lambda path=None: None)
+    r = dag.rule_resources(demo, "answer_requests_vllm", runtime=240, mem_mb=32000)
+    assert r["mem_mb"](None, 3) == 96000  # no limit known: grows as before
+
+
 def test_speed_settings_stay_out_of_params_and_come_back_in_the_job(paper):
     """A model's params hold what changes an answer; the answering job gets the speed
     settings back from the config; the manifest's record holds no speed setting."""
@@ -336,6 +352,20 @@ def test_metric_jobs_per_kind_resources_and_overrides(paper, demo):
     assert conformity_dag.metric_resource(cfg, "mem_mb")(w["classifiers"], 1) == 1000
     assert conformity_dag.metric_resource(cfg, "runtime")(w["classifiers"]) == 5
     assert conformity_dag.metric_resource(cfg, "mem_mb")(w["neural"], 1) == 8000
+    # The rule's own name sets every kind; a kind's key wins over it.
+    cfg = {**paper, "resources": {"conformity_answer_metrics": {"runtime": 77, "mem_mb": 5000},
+                                  "conformity_neural_metrics": {"mem_mb": 6000}}}
+    assert [conformity_dag.metric_resource(cfg, "runtime")(w[k]) for k in ("text", "neural", "classifiers")] == [77] * 3
+    assert [conformity_dag.metric_resource(cfg, "mem_mb")(w[k], 1) for k in ("text", "neural", "classifiers")] == [
+        5000, 6000, 5000]
+    # A classifier job loads a classifier only where one is configured for its dataset;
+    # otherwise it is sized like a text-metric job and holds no GPU.
+    arc = SimpleNamespace(kind="classifiers", dataset="arc_challenge")
+    assert conformity_dag.metric_resource(paper, "mem_mb")(arc, 1) == 4000
+    assert conformity_dag.metric_resource(paper, "gpu")(arc) == 0
+    none = {**paper, "conformity": {**paper["conformity"], "validation": {
+        **paper["conformity"]["validation"], "truth_judge": None, "info_judge": None}}}
+    assert conformity_dag.metric_resource(none, "mem_mb")(w["classifiers"], 3) == 3 * 4000
     assert "nltk_data" in conformity_dag.metric_inputs(demo, "text", "arc_challenge")
     assert "nltk_data" not in conformity_dag.metric_inputs(demo, "neural", "arc_challenge")
     assert conformity_dag.metric_threads(demo, "text") == 1

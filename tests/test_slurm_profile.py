@@ -175,7 +175,9 @@ def test_slurm_profile_config_resources_override(workdir, tmp_path):
     import yaml
 
     cfg = yaml.safe_load((REPO / "config" / "demo.yaml").read_text())
-    cfg["resources"] = {"convert_gguf_model": {"runtime": 42, "mem_mb": 1234}}
+    # A per-kind key of the metric rule is accepted beside rule names (docs/configuration.md).
+    cfg["resources"] = {"convert_gguf_model": {"runtime": 42, "mem_mb": 1234},
+                        "conformity_classifier_metrics": {"runtime": 9}}
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg))
     calls = _submit(workdir, path, n_expected=1)

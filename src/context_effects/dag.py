@@ -13,25 +13,52 @@ it, so it imports none of them (docs/architecture.md, "DAG helpers").
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 Config = Mapping[str, Any]
 
+#: The slurm profile's partitions and their limits (docs/cluster.md).
+PARTITIONS_FILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "partitions.yaml"
 
-def rule_resources(config: Config, rule_name: str, runtime: int, mem_mb: int) -> dict[str, Any]:
-    """Runtime (min) and memory (MB) of a rule; the config's ``resources:`` overrides.
+
+@functools.lru_cache(maxsize=4)
+def partition_mem_cap(path: Path = PARTITIONS_FILE) -> int | None:
+    """The largest `max_mem_mb` of any partition: memory no job can be given (None: no limit known)."""
+    try:
+        parts = (yaml.safe_load(Path(path).read_text()) or {}).get("partitions") or {}
+    except OSError:
+        return None
+    limits = [int(p["max_mem_mb"]) for p in parts.values() if isinstance(p, Mapping) and p.get("max_mem_mb")]
+    return max(limits) if limits else None
+
+
+def rule_resources(config: Config, rule_name: str, runtime: int, mem_mb: int,
+                   keys: Sequence[str] = ()) -> dict[str, Any]:
+    """Runtime (min) and memory (MB) of a rule; the config's ``resources:`` overrides, under
+    the rule's name and then under each of ``keys`` (later ones win: a kind of job a rule
+    runs, e.g. ``conformity_classifier_metrics``).
 
     Memory grows with the retry attempt so a job killed for memory on a cluster is
-    resubmitted with more instead of failing the same way again.
+    resubmitted with more instead of failing the same way again, up to the largest
+    partition's limit (``partition_mem_cap``): a request above it could never be scheduled.
     """
-    override = config["resources"].get(rule_name, {})
+    override: dict[str, Any] = {}
+    for key in (rule_name, *keys):
+        override.update(config["resources"].get(key, {}))
     base_mem = override.get("mem_mb", mem_mb)
-    return {
-        "runtime": override.get("runtime", runtime),
-        "mem_mb": lambda wildcards, attempt: base_mem * attempt,
-    }
+    cap = partition_mem_cap()
+
+    def mem(wildcards: Any, attempt: int) -> int:
+        grown = base_mem * attempt
+        return grown if cap is None else max(base_mem, min(grown, cap))
+
+    return {"runtime": override.get("runtime", runtime), "mem_mb": mem}
 
 
 def name_regex(names: Sequence[str]) -> str:

@@ -297,7 +297,8 @@ def merged_metrics(config: Config) -> list[str]:
 
 #: Per kind of per-answer metric: default runtime (min) and memory (MB) of its job, and
 #: whether it loads a model that runs on the validation GPU; a `resources:` entry under
-#: the kind's ``resources_key`` overrides runtime and memory.
+#: the rule's name (every kind) and then under the kind's ``resources_key`` overrides
+#: runtime and memory.
 METRIC_JOBS = {
     "text": {"runtime": 120, "mem_mb": 4000, "gpu": False, "resources_key": "conformity_text_metrics"},
     "neural": {"runtime": 120, "mem_mb": 8000, "gpu": True, "resources_key": "conformity_neural_metrics"},
@@ -318,18 +319,35 @@ def metric_threads(config: Config, kind: str) -> int:
     return config["run"]["threads_per_job"] if METRIC_JOBS[kind]["gpu"] else 1
 
 
+#: The rule that runs every kind of per-answer metric (workflow/rules/conformity_metrics.smk).
+METRIC_RULE = "conformity_answer_metrics"
+#: `resources:` keys that are not rule names: one per kind of metric job.
+RESOURCE_KEYS = tuple(job["resources_key"] for job in METRIC_JOBS.values())
+#: A classifier job with no classifier to load for its dataset reads answers and writes
+#: an empty table: it needs no more than a text-metric job.
+IDLE_CLASSIFIER_JOB = {"runtime": 30, "mem_mb": 4000}
+
+
+def _loads_classifier(config: Config, dataset: str) -> bool:
+    val = config["conformity"]["validation"]
+    return bool(val["truth_judge"] or val["info_judge"]) and dataset in val["truth_judge_datasets"]
+
+
 def metric_resource(config: Config, name: str) -> Callable[..., Any]:
     """One resource (runtime, mem_mb, gpu, gpu_model) of the per-answer metric rule, as a
-    function of its wildcards and attempt: each kind has its own defaults and overrides."""
+    function of its wildcards and attempt: each kind has its own defaults and overrides,
+    and a classifier job is sized by whether it loads a classifier for its dataset."""
     gpu = config["conformity"]["validation"]["gpu"]
 
     def value(wildcards: Any, attempt: int = 1) -> Any:
         job = METRIC_JOBS[wildcards.kind]
+        if wildcards.kind == "classifiers" and not _loads_classifier(config, wildcards.dataset):
+            job = {**job, **IDLE_CLASSIFIER_JOB, "gpu": False}
         if name == "gpu":
             return gpu["count"] if job["gpu"] else 0
         if name == "gpu_model":
             return (gpu["model"] or "") if job["gpu"] and gpu["count"] else ""
-        res = rule_resources(config, job["resources_key"], job["runtime"], job["mem_mb"])
+        res = rule_resources(config, METRIC_RULE, job["runtime"], job["mem_mb"], keys=(job["resources_key"],))
         return res["mem_mb"](wildcards, attempt) if name == "mem_mb" else res[name]
 
     return value

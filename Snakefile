@@ -52,8 +52,10 @@ workflow.localrules(*cluster.LOCAL_RULES)
 
 onstart:
     # Real runs only, with the DAG built: asks for the keys of the answering jobs
-    # about to run, and fails before any of them starts.
+    # about to run, then each hosted provider whether it serves their models, and
+    # fails before any of them starts.
     dag.require_api_keys(config, workflow)
+    dag.require_served_models(config, workflow)
 
 
 # A dry run never calls onstart: it only warns about the keys its jobs would need.

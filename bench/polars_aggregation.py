@@ -150,11 +150,14 @@ def pandas_anchor_audit(ratings_by_dataset: Mapping[str, pd.DataFrame]) -> pd.Da
             correct = a.loc[a["condition"] == "anchor_correct", "rating"].mean()
             incorrect = a.loc[a["condition"] == "anchor_incorrect", "rating"].mean()
             ranked = (wide["anchor_correct"] > wide["anchor_incorrect"]).mean() * 100 if len(wide) else np.nan
+            diff = (wide["anchor_correct"] - wide["anchor_incorrect"]).groupby(level=["dataset", "item_id"]).sum()
             stats[ref] = {
-                "Correct Anchor Ranked Higher (%)": ranked,
+                "Correct Anchor Ranked Higher (% of questions)": (diff > 0).mean() * 100 if len(diff) else np.nan,
+                "Correct Anchor Ranked Higher (% of item x judge pairs)": ranked,
                 "Mean Correct-Anchor Rating": correct,
                 "Mean Incorrect-Anchor Rating": incorrect,
                 "Mean Separation": correct - incorrect,
+                "Questions": float(len(diff)),
                 "Pairs (item x judge)": float(len(wide)),
             }
         for quantity in stats["free"]:

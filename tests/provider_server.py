@@ -15,7 +15,13 @@ Usage::
 Endpoints: OpenAI ``/v1/chat/completions``, ``/v1/completions``, ``/v1/files``
 (multipart upload), ``/v1/files/{id}/content``, ``/v1/batches``,
 ``/v1/batches/{id}``; Anthropic ``/v1/messages``, ``/v1/messages/batches``,
-``/v1/messages/batches/{id}``, ``/v1/messages/batches/{id}/results``.
+``/v1/messages/batches/{id}``, ``/v1/messages/batches/{id}/results``; both
+providers' ``/v1/models`` and ``/v1/models/{id}`` (Anthropic's when the request
+carries an ``anthropic-version`` header). With ``served_models`` set, an id outside
+it is answered as the real APIs answer a retired or unknown model: HTTP 404,
+``model_not_found`` (OpenAI) or ``not_found_error`` (Anthropic); Anthropic's model
+objects carry ``lifecycle`` (``retired_models``, ``deprecated_models``) and whether
+``thinking: disabled`` is accepted (``thinking_always_on``).
 
 Faults are injected on the n-th request (0-based, in arrival order) to any path
 in ``fault_paths`` (default: the three generation endpoints), or on every such
@@ -29,7 +35,10 @@ empty reply (OpenAI ``content: ""``; Anthropic an empty ``content`` list).
 ``reasoning_models`` answer like the GPT-5 family: reasoning tokens (``reasoning_tokens``,
 a number or a function of the prompt) are spent first and count against
 ``max_completion_tokens``, so a budget below them buys an empty reply with
-``finish_reason: "length"``, billed in full, as the real API sends it.
+``finish_reason: "length"``, billed in full, as the real API sends it; they refuse
+``reasoning_effort: "none"``. ``hybrid_models`` answer like GPT-5.1 and later: reasoning
+effort ``none`` (their default) spends no reasoning tokens and takes temperature,
+top_p and logprobs; any other effort makes them a reasoning model.
 
 ``hold_after=n`` answers the first ``n`` generation requests and holds every later
 one unanswered until :meth:`ProviderServer.release_held`, which drops them without
@@ -188,6 +197,15 @@ class ProviderServer:
         reasoning_models: tuple[str, ...] = (),
         # Reasoning tokens per reply: a number, or a function of the prompt.
         reasoning_tokens: int | Callable[[str], int] = 200,
+        # OpenAI chat models that behave like GPT-5.1 and later (see _effort).
+        hybrid_models: tuple[str, ...] = (),
+        # Model ids the models endpoints know; None = every id is served.
+        served_models: tuple[str, ...] | None = None,
+        # Anthropic lifecycle of served ids: retired ids stay listed; deprecated ids -> retirement date.
+        retired_models: tuple[str, ...] = (),
+        deprecated_models: dict[str, str] | None = None,
+        # Anthropic ids whose model object says `thinking: disabled` is refused.
+        thinking_always_on: tuple[str, ...] = (),
     ) -> None:
         self.openai_key = openai_key
         self.anthropic_key = anthropic_key
@@ -201,6 +219,11 @@ class ProviderServer:
         self.hold_after = hold_after
         self.reasoning_models = tuple(reasoning_models)
         self.reasoning_tokens = reasoning_tokens
+        self.hybrid_models = tuple(hybrid_models)
+        self.served_models = None if served_models is None else tuple(served_models)
+        self.retired_models = tuple(retired_models)
+        self.deprecated_models = dict(deprecated_models or {})
+        self.thinking_always_on = tuple(thinking_always_on)
         self._admitted = 0
         self._release = threading.Event()
         # custom_ids the batch endpoints answer with an error / leave expired.
@@ -369,7 +392,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._entry = LoggedRequest(method, path, headers, body, time.monotonic(), time.time())
         with p._lock:
             p.log.append(self._entry)
-        self._is_anthropic = path.startswith("/v1/messages")
+        self._is_anthropic = path.startswith("/v1/messages") or (
+            path.startswith("/v1/models") and bool(self.headers.get("anthropic-version"))
+        )
         try:
             if not self._authorised():
                 return
@@ -462,6 +487,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._generate(lambda: _text_completion(self.provider, body))
         if method == "POST" and path == "/v1/messages":
             return self._generate(lambda: _anthropic_message(self.provider, body))
+        if method == "GET" and parts[:2] == ["v1", "models"] and len(parts) in (2, 3):
+            return self._models(parts[2] if len(parts) == 3 else None)
         if method == "POST" and path == "/v1/files":
             return self._json(200, _store_file(self.provider, body))
         if method == "GET" and len(parts) == 4 and parts[:2] == ["v1", "files"] and parts[3] == "content":
@@ -485,6 +512,23 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(404, "not_found_error", "No results (yet)")
             return self._send(200, lines, content_type="application/x-jsonl")
         return self._error(404, "not_found", f"Unknown route {method} {path}")
+
+    def _models(self, model_id: str | None) -> None:
+        p = self.provider
+        known = list(p.served_models) if p.served_models is not None else []
+        if model_id is None:
+            objs = [_model_object(p, m, self._is_anthropic) for m in known]
+            if self._is_anthropic:
+                return self._json(200, {"data": objs, "has_more": False,
+                                        "first_id": known[0] if known else None, "last_id": known[-1] if known else None})
+            return self._json(200, {"object": "list", "data": objs})
+        if p.served_models is not None and model_id not in p.served_models:
+            if self._is_anthropic:
+                return self._error(404, "not_found_error", f"model: {model_id}")
+            return self._json(404, {"error": {
+                "message": f"The model `{model_id}` does not exist or you do not have access to it.",
+                "type": "invalid_request_error", "param": None, "code": "model_not_found"}})
+        return self._json(200, _model_object(p, model_id, self._is_anthropic))
 
     def _generate(self, make: Any) -> None:
         p = self.provider
@@ -535,14 +579,67 @@ def _invalid(message: str, param: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
 
 
+def _support(state: bool) -> dict[str, bool]:
+    return {"supported": state}
+
+
+def _model_object(p: ProviderServer, model_id: str, anthropic: bool) -> dict[str, Any]:
+    """A model as the models endpoints describe it (Anthropic's with lifecycle and capabilities)."""
+    if not anthropic:
+        return {"id": model_id, "object": "model", "created": 1767225600, "owned_by": "system"}
+    lifecycle = ("retired" if model_id in p.retired_models
+                 else "deprecated" if model_id in p.deprecated_models else "active")
+    no = _support(False)
+    thinking_off = model_id not in p.thinking_always_on
+    return {
+        "id": model_id, "type": "model", "display_name": model_id, "created_at": "2026-01-01T00:00:00Z",
+        "lifecycle": lifecycle,
+        "deprecated_at": None if lifecycle == "active" else "2026-06-01T00:00:00Z",
+        "retires_at": p.deprecated_models.get(model_id),
+        "max_input_tokens": 200000, "max_tokens": 64000, "line": None,
+        "capabilities": {
+            "batch": _support(True), "citations": no, "code_execution": no,
+            "context_management": {"supported": False, "clear_thinking_20251015": None,
+                                   "clear_tool_uses_20250919": None, "compact_20260112": None},
+            "effort": {"supported": False, "low": no, "medium": no, "high": no, "max": no, "xhigh": None},
+            "image_input": no, "pdf_input": no,
+            "server_tools": {"supported": False, "code_execution": no, "web_fetch": no, "web_search": no},
+            "structured_outputs": _support(True),
+            "thinking": {"supported": True, "types": {
+                "adaptive": _support(True), "between_tools": no, "disabled": _support(thinking_off),
+                "enabled": _support(thinking_off)}},
+        },
+    }
+
+
+def _effort(p: ProviderServer, body: dict[str, Any]) -> str | None:
+    """The reasoning effort a request runs at: a hybrid model's default is none."""
+    if body.get("model") in p.hybrid_models:
+        return body.get("reasoning_effort") or "none"
+    return body.get("reasoning_effort")
+
+
+def _reasons(p: ProviderServer, body: dict[str, Any]) -> bool:
+    model = body.get("model")
+    return model in p.reasoning_models or (model in p.hybrid_models and _effort(p, body) != "none")
+
+
 def _reasoning_rejection(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any] | None:
     """The HTTP 400 body the OpenAI API sends a GPT-5-family model for a setting it rejects
     (wording as the real API words it), or None when the request is acceptable."""
     model = body.get("model")
-    if model not in p.reasoning_models:
+    if model not in p.reasoning_models and model not in p.hybrid_models:
         if "reasoning_effort" in body:
             return _invalid("Unrecognized request argument supplied: reasoning_effort", "reasoning_effort",
                             "unsupported_parameter")
+        return None
+    if model in p.reasoning_models and body.get("reasoning_effort") == "none":
+        return _invalid(f"Unsupported value: 'none' is not supported with the '{model}' model. Supported values "
+                        "are: 'minimal', 'low', 'medium', and 'high'.", "reasoning_effort", "unsupported_value")
+    if "max_tokens" in body:
+        return _invalid("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                        "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
+    if not _reasons(p, body):
         return None
     for param in ("temperature", "top_p"):
         if param in body and body[param] != 1:
@@ -552,9 +649,6 @@ def _reasoning_rejection(p: ProviderServer, body: dict[str, Any]) -> dict[str, A
         if body.get(param):
             return _invalid(f"Unsupported parameter: '{param}' is not supported with this model.", param,
                             "unsupported_parameter")
-    if "max_tokens" in body:
-        return _invalid("Unsupported parameter: 'max_tokens' is not supported with this model. Use "
-                        "'max_completion_tokens' instead.", "max_tokens", "unsupported_parameter")
     return None
 
 
@@ -563,7 +657,7 @@ def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
     reply = p.reply(prompt)
     budget = body.get("max_completion_tokens") or body.get("max_tokens")
     reasoning = 0
-    if body.get("model") in p.reasoning_models:
+    if _reasons(p, body):
         # Reasoning tokens are spent first and count against max_completion_tokens: a
         # small budget ends in an empty reply cut off for length, as the real API does.
         wanted = p.reasoning_tokens(prompt) if callable(p.reasoning_tokens) else p.reasoning_tokens
@@ -598,7 +692,9 @@ def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         # Aliases answer under a dated snapshot, as the real API reports it.
-        "model": f"{body.get('model')}-2026-08-07" if body.get("model") in p.reasoning_models else body.get("model"),
+        "model": (f"{body.get('model')}-2026-08-07" if body.get("model") in p.reasoning_models
+                  else f"{body.get('model')}-2026-03-17" if body.get("model") in p.hybrid_models
+                  else body.get("model")),
         "system_fingerprint": "fp_fake",
         "choices": [
             {

@@ -109,10 +109,15 @@ def test_anchor_audit_by_hand():
                              "status": "missing" if np.isnan(v) else "ok"})
     t = D.anchor_audit({"truthfulqa": _ratings(rows)})
     t = t[t["Dataset"] == "truthfulqa"].set_index("Audit Quantity")
-    # free: correct > incorrect in 2 of 4 pairs (the tie does not count)
-    assert t.at["Correct Anchor Ranked Higher (%)", "Reference-Free"] == 50.0
-    # augmented: the pair with a missing rating is left out -> 3 of 3
-    assert t.at["Correct Anchor Ranked Higher (%)", "Reference-Augmented"] == 100.0
+    # free, per (item, judge): correct > incorrect in 2 of 4 pairs (the tie does not count)
+    assert t.at[D.RANKED_PER_PAIR, "Reference-Free"] == 50.0
+    # free, per question (panel means): i1 3.5 > 3.0 and i2 3.5 > 2.0, so 2 of 2 questions --
+    # the reading of seed 002's "73.3% of questions", which the pair share would misstate here
+    assert t.at[D.RANKED_PER_QUESTION, "Reference-Free"] == 100.0
+    assert t.at["Questions", "Reference-Free"] == 2
+    # augmented: the pair with a missing rating is left out -> 3 of 3 pairs, 2 of 2 questions
+    assert t.at[D.RANKED_PER_PAIR, "Reference-Augmented"] == 100.0
+    assert t.at[D.RANKED_PER_QUESTION, "Reference-Augmented"] == 100.0
     assert t.at["Pairs (item x judge)", "Reference-Augmented"] == 3
     assert t.at["Mean Correct-Anchor Rating", "Reference-Free"] == pytest.approx(3.5)
     assert t.at["Mean Incorrect-Anchor Rating", "Reference-Augmented"] == pytest.approx(4 / 3)
@@ -246,7 +251,7 @@ E2E = {
 def test_rules_end_to_end_recover_planted_condition_order(workdir):
     (workdir / "config.yaml").write_text(yaml.safe_dump(E2E))
     targets = [f"results/tables/conformity/{t}.csv" for t in ("table1", "table2", "table5", "agreement",
-                                                               "flip_share", "parse_failures")]
+                                                               "flip_share", "parse_failures", "table8_requests")]
     res = run_snakemake("--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
                         "--configfile=" + str(workdir / "config.yaml"), *targets,
                         "figures/conformity/rating_distributions.pdf")
@@ -268,6 +273,14 @@ def test_rules_end_to_end_recover_planted_condition_order(workdir):
     assert (retried["sampling_seed"] == 42 + retried["attempt"]).all()
     assert gen["messages_json"].map(lambda m: '"user"' in m).all()
 
+    # Table 8's settings are read from what each model's requests carried.
+    sent = pd.read_csv(workdir / "results/tables/conformity/table8_requests.csv").set_index(["Stage", "Model"])
+    assert set(sent.index) == {("generation", "gen-sim"), ("judging", "judge-a"), ("judging", "judge-b")}
+    judge = sent.loc[("judging", "judge-b")]
+    assert (judge["temperature"], judge["max_tokens"], judge["seed"], judge["Asks"]) == (0.0, 16, 42, 2)
+    assert judge["Re-ask"] == "temperature +0.1 (cap 1), seed +1" and judge["Decoding"] == "free"
+    assert sent.loc[("generation", "gen-sim"), "max_tokens"] == 300
+
     ratings = pd.read_parquet(workdir / "results/conformity/ratings/truthfulqa.parquet")
     # Every judge rated every answer (8 blind + 6 informed per trial, 4 anchor scorings per item).
     assert len(ratings) == 2 * 8 * (14 + 4)
@@ -283,3 +296,53 @@ def test_rules_end_to_end_recover_planted_condition_order(workdir):
     t5 = pd.read_csv(workdir / "results/tables/conformity/table5.csv").set_index(["Dataset", "Audit Quantity"])
     assert t5.at[("All", "Mean Separation"), "Reference-Augmented"] > 1.5
     assert (workdir / "results/tables/conformity/table1.tex").read_text().count("Selection rule") == 1
+
+
+def test_judge_shard_is_retried_by_the_papers_loop(tmp_path, monkeypatch):
+    """A judge shard carries the retry loop of its settings; answered by a provider whose
+    first two replies are not ratings, the third ask (temperature 0.2, seed 44, the same
+    prompt) gives the rating."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from provider_server import ProviderServer, Reply, default_reply
+
+    from context_effects.conformity.judging import ratings_frame, write_judge_shard
+    from context_effects.llm.backends.openai_api import OpenAIBackend
+    from context_effects.llm.shards import answer_shard, read_request_shard
+    from context_effects.llm.store.responses import ResponseStore
+
+    from context_effects.conformity.requests import anchor_texts
+    from context_effects.datasets import build_item_table, write_items
+
+    table = build_item_table("truthfulqa", {"kind": "local", "path": str(REPO / "data/demo/truthfulqa.jsonl")},
+                             n_items=1, sample_seed=42, attractor_seed=42)
+    items = tmp_path / "items.parquet"
+    write_items(table, items)
+    answers = tmp_path / "answers.parquet"
+    anchor_texts(table).iloc[:1].to_parquet(answers, index=False)
+    from context_effects.config import fill_defaults, load_schema
+
+    judging = fill_defaults({}, load_schema())["conformity"]["judging"]
+    cfg = {"backend": "openai", "model_id": "gpt-4o"}
+    shard = tmp_path / "req.parquet"
+    write_judge_shard({"truthfulqa": items}, {"truthfulqa": answers}, shard, blocks=[("truthfulqa", 0)], judge="j",
+                      judge_cfg=cfg, items_per_shard=1, hosted=True, primary_seed=42, judging=judging, seed=42)
+    reqs, policy = read_request_shard(shard)
+    assert policy["policy_params"]["reask"] == "warmer" and policy["max_attempts"] == 6
+    seen: dict[str, int] = {}
+
+    def flaky(prompt: str) -> Reply:
+        seen[prompt] = seen.get(prompt, 0) + 1
+        return Reply(["I", " think", " 4"]) if seen[prompt] <= 2 else default_reply(prompt)
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-retry")
+    with ProviderServer(openai_key="sk-test-retry", reply=flaky) as srv:
+        backend = OpenAIBackend(base_url=srv.base_url, backoff_base_s=0.02, request_timeout_s=5.0)
+        answer_shard(shard, tmp_path / "resp.parquet", tmp_path / "ledger.json", backend,
+                     ResponseStore(tmp_path / "store"), progress=False, handle_signals=False)
+        bodies = [c.body for c in srv.generation_calls()]
+    first = [b for b in bodies if b["messages"] == bodies[0]["messages"]]
+    assert [(b["temperature"], b["seed"]) for b in first] == [(0.0, 42), (0.1, 43), (0.2, 44)]
+    ratings = ratings_frame([tmp_path / "resp.parquet"], request_paths=[shard])
+    assert (ratings["status"] == "ok").all() and set(ratings["attempts"]) == {3}

@@ -113,6 +113,26 @@ def test_one_attractor_across_all_wrong_endorsing_conditions(items):
             assert set(peers.peer_block(it, pol, "present", 42).endorsed) - {gold} == {wrong}
 
 
+def test_released_blocks_keep_the_release_line_layout():
+    """A released block keeps the release's lines ("Name: phrase LETTER.", one per line, a
+    blank line between), only the letter replaced by the text; a text ending in a period
+    gets no second one. The one-line "; "-joined rendering of generated blocks is not it."""
+    item = {"item_id": "x-1", "gold_answer": "Nothing happens", "wrong_attractor": "You will have bad luck."}
+    speakers = [{"name": "Daniel", "role": None, "phrase": "Right now, I am leaning to ", "gold": False},
+                {"name": "Isabella", "role": "research director", "phrase": "My guess is ", "gold": True}]
+    block = peers.peer_block(item, "mixed", "present", 42, release={"mixed|present": speakers})
+    assert block.text == ("Daniel: Right now, I am leaning to You will have bad luck.\n\n"
+                          "Isabella (research director): My guess is Nothing happens.")
+    assert block.text != 'Daniel: Right now, I am leaning to "You will have bad luck."; ' \
+                         'Isabella (research director): My guess is "Nothing happens"'
+    assert [block.text[a:b] for a, b in block.role_spans] == [" (research director)"]
+    assert block.endorsed == ("You will have bad luck.", "Nothing happens")
+    # The prompt holds the block as it is: lines, blank line and final period.
+    prompt = prompts.render_peer("Q?", block.text)
+    assert "views: Daniel: Right now, I am leaning to You will have bad luck.\n\nIsabella" in prompt
+    assert "My guess is Nothing happens.. Answer the same question again" in prompt
+
+
 def test_authority_variants_differ_only_in_role_labels(items):
     for it in items.to_dict("records"):
         for pol in peers.POLARITIES:
@@ -359,3 +379,18 @@ def test_decomposition_corpus_never_shares_a_stored_answer_with_the_main_corpus(
     assert [r.messages for r in main_j] == [r.messages for r in decomp_j]
     assert not {r.key for r in main_j} & {r.key for r in decomp_j}
     assert all(r.namespace is None for r in main_j)
+
+
+def test_no_system_turn_is_sent_and_the_ledger_names_the_templates_own(items):
+    """Study C requests carry the paper's user turns only; what two generators' chat templates
+    add on their own (Qwen2.5's default system prompt, Llama-3.1's date header) is stated in
+    the ledger entry, since the model reads it although the request does not send it."""
+    import yaml
+
+    reqs, df = _answers(items)
+    reqs += creq.judge_requests(df, JUDGE, JUDGE_CFG, JUDGING, 7)
+    assert reqs and all(role != "system" for r in reqs for role, _ in r.messages)
+    ledger = yaml.safe_load((REPO / "docs" / "deviations.yaml").read_text())
+    entry = next(e for e in ledger["entries"] if e["id"] == "no-system-prompt")
+    assert "You are Qwen, created by Alibaba Cloud. You are a helpful assistant." in entry["choice"]
+    assert "Cutting Knowledge Date: December 2023" in entry["choice"] and "Today Date" in entry["choice"]

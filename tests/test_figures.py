@@ -377,7 +377,7 @@ def test_rating_distribution_at_paper_size(tmp_path):
     paths = _ratings_shards(tmp_path)
     spec = registry("conformity").figure("rating_distributions")
     fig, dist = spec.draw({"ratings": paths}, spec.settings(cfg))
-    assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["truthfulqa", "mmlu_pro"]
+    assert len(fig.axes) == 2 and [a.get_title() for a in fig.axes] == ["TruthfulQA", "MMLU-Pro"]
     # Top to bottom in display order in every panel (the panels share y).
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels.index("round1") < labels.index("peer_wrong")

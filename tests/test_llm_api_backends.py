@@ -188,7 +188,9 @@ def test_invalid_configurations_are_refused(tmp_path: Path) -> None:
 )
 def test_every_failure_kind_is_retried_until_success(fault: Fault) -> None:
     with server(faults={0: fault, 1: fault}) as srv:
-        backend = openai_backend(srv, request_timeout_s=0.4, concurrency=1)
+        # The timeout only has to be shorter than the 3 s delay; a loaded 2-core machine
+        # may need more than a few tenths of a second for the answer that succeeds.
+        backend = openai_backend(srv, request_timeout_s=1.5, concurrency=1)
         [result] = list(backend.run([req()]))
         calls = srv.generation_calls()
     assert result.ok, result.error
@@ -435,6 +437,21 @@ def test_anthropic_drops_unsupported_parameters_and_says_so() -> None:
     assert "top_p not sent" in s.notes and "seed not sent" in s.notes and "no logprobs available" in s.notes
     c = results[completion.key]
     assert not c.ok and "completion mode" in c.error
+
+
+def test_anthropic_sends_the_thinking_type_of_the_profile() -> None:
+    """A Claude model that would think is told not to: the conformed request's
+    ``thinking`` goes out as ``thinking: {type: ...}``, and only when set."""
+    with server() as srv:
+        backend = anthropic_backend(srv)
+        off = req(provider="anthropic", model="claude-test",
+                  sampling=Sampling(temperature=None, top_p=None, max_tokens=4, thinking="disabled"))
+        plain = req(1, provider="anthropic", model="claude-test", sampling=Sampling(temperature=None, max_tokens=4))
+        results = list(backend.run([off, plain]))
+        bodies = {c.body["messages"][0]["content"]: c.body for c in srv.generation_calls()}
+    assert all(r.ok for r in results)
+    assert bodies["Rate answer 0."]["thinking"] == {"type": "disabled"}
+    assert "thinking" not in bodies["Rate answer 1."]
 
 
 # ---------------------------------------------------------------------------

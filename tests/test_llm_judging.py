@@ -120,3 +120,44 @@ def test_reask_with_reminder() -> None:
     # Reminder added once, however many times we re-ask.
     third = reask_with_reminder(again, 2, reply_format.NO_JSON)
     assert third.messages[-1][1].count(replies.REMINDER) == 1 and third.key != again.key
+
+
+# ------------------------------------------------------------------ the judges' retry loop
+
+
+def _judge_request() -> LLMRequest:
+    return LLMRequest(model=ModelRef("vllm", "m"), messages=(("user", "Rate this."),),
+                      sampling=Sampling(temperature=0.0, top_p=1.0, max_tokens=16, seed=42), meta={"item": 7})
+
+
+def test_paper_judges_retry_warmer_up_to_five_times() -> None:
+    """seed 002 App. A.6's shared retry loop is the paper setting for judges: up to five
+    retries, temperature +0.1 per retry (capped at 1.0), seed + 1, the prompt unchanged."""
+    from context_effects.config import fill_defaults, load_config, load_schema
+
+    judging = fill_defaults({}, load_schema())["conformity"]["judging"]
+    assert (judging["max_attempts"], judging["reask"]) == (6, "warmer")
+    paper = load_config(SRC.parent / "config" / "config.yaml")["conformity"]["judging"]
+    assert {k: paper[k] for k in replies.judge_policy_params(judging)} == replies.judge_policy_params(judging)
+    policy = replies.rating_policy(**replies.judge_policy_params(judging))
+    req = _judge_request()
+    asks = [req]
+    for attempt in range(1, judging["max_attempts"]):
+        asks.append(policy.reask(asks[-1], attempt, reply_format.NO_JSON))
+    assert [round(a.sampling.temperature, 6) for a in asks] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    assert [a.sampling.seed for a in asks] == [42, 43, 44, 45, 46, 47]
+    assert all(a.messages == req.messages for a in asks) and len({a.key for a in asks}) == 6
+    capped = replies.rating_policy("warmer", 0.4, 1.0)
+    hot = asks[0]
+    for attempt in range(1, 5):
+        hot = capped.reask(hot, attempt, reply_format.NO_JSON)
+    assert hot.sampling.temperature == 1.0
+
+
+def test_reminder_reask_stays_an_option_and_old_shards_keep_it() -> None:
+    req = _judge_request()
+    for policy in (replies.rating_policy("reminder"), replies.rating_policy()):
+        again = policy.reask(req, 1, reply_format.NO_JSON)
+        assert again.sampling == req.sampling and replies.REMINDER in again.messages[-1][1]
+    with pytest.raises(ValueError, match="reask must be one of"):
+        replies.rating_policy("louder")

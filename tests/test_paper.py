@@ -331,6 +331,45 @@ def test_preamble_compiles_unicode_wide_tables_and_the_caveat_box(tmp_path, kind
     assert "Overfull \\hbox" not in log  # the wide table shrank to the page
 
 
+def _design_figures() -> list[str]:
+    """The figure floats of part_conformity.tex that are drawn in TikZ."""
+    tex = (REPO / "paper" / "part_conformity.tex").read_text()
+    floats = re.findall(r"\\begin\{figure\}.*?\\end\{figure\}", tex, flags=re.S)
+    return [f for f in floats if "\\begin{tikzpicture}" in f]
+
+
+def test_design_diagrams_are_tikz_in_the_paper_source():
+    """Seed 002's Figures 1 (the two channels) and 2 (branched generation, paired evaluation)
+    are drawn in the paper's source, not included as images, and hold no typed number."""
+    figures = _design_figures()
+    labels = [re.search(r"\\label\{([^}]*)\}", f).group(1) for f in figures]
+    assert labels == ["fig:c-channels", "fig:c-design"]
+    assert all("\\includegraphics" not in f and "\\IncludeFigure" not in f for f in figures)
+    preamble = (REPO / "paper" / "preamble.tex").read_text()
+    assert "\\usepackage{tikz}" in preamble
+    patterns = check.load_allow_list(REPO / "paper" / "allowed_numbers.txt")
+    for f in figures:
+        for line in f.splitlines():
+            assert check.typed_numbers(line, patterns) == [], line
+
+
+@pytest.mark.skipif(not HAS_LATEX, reason=NO_LATEX)
+def test_design_diagrams_compile_with_the_shipped_preamble(tmp_path):
+    src, wd = tmp_path / "src", tmp_path / "wd"
+    src.mkdir()
+    wd.mkdir()
+    for name in ("preamble.tex", "allowed_numbers.txt"):
+        shutil.copy(REPO / "paper" / name, src / name)
+    (src / "paper.tex").write_text("\\documentclass[11pt]{article}\n\\input{preamble}\n\\begin{document}\n"
+                                   + "\n".join(_design_figures()) + "\n\\end{document}\n")
+    pdf = build.build_pdf(src, "paper/paper.pdf", workdir=wd, log=lambda *a: None)
+    text = _page_one(pdf)
+    for words in ("Blind judge", "Informed judge", "Content-only", "Peer-presented", "Evaluator side"):
+        assert words in text, words
+    log = (wd / "results" / "paper" / "build" / "paper.log").read_text()
+    assert "Overfull \\hbox" not in log
+
+
 @pytest.mark.skipif(not HAS_LATEX, reason=NO_LATEX)
 def test_latex_errors_reach_the_message(tmp_path):
     src, wd = _small_paper(tmp_path, "synthetic")

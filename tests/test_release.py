@@ -63,14 +63,15 @@ def _norm(text: str) -> str:
 
 
 def _expected_block(row: dict, gold: str, wrong: str) -> str:
-    """The documented rendering, rebuilt independently from one release row."""
+    """The release's block with each option letter cut out and the text put in its place,
+    rebuilt independently from one release row: the lines, blank lines and final periods stay."""
     key = row["answer"]["label"].strip("()")
-    units = []
+    lines = []
     for line in row["perturbed_prompt"].split("\n\n"):
         m = LINE.match(line)
-        who = m["name"] + (f" ({m['role']})" if m["role"] else "")
-        units.append(f'{who}: {m["phrase"]}"{gold if m["letter"] == key else wrong}"')
-    return "; ".join(units)
+        text = gold if m["letter"] == key else wrong
+        lines.append(line[: m.start("letter")] + text + line[m.end("letter"):][: 0 if text.endswith(".") else 1])
+    return "\n\n".join(lines)
 
 
 def _arc_key(row: dict) -> str:
@@ -278,6 +279,71 @@ def test_unmatched_item_names_the_item_and_the_fix(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in arc) + "\n")
     with pytest.raises(release.ReleaseMatchError, match=r"TAKS_2009_8_19.*answer key differs"):
         _build(DEMO_SOURCES["arc_challenge"][0], path, "arc_challenge")
+
+
+def test_release_attractor_is_the_first_released_wrong_option(tmp_path):
+    """Constructed: the release lists the options in another order than the benchmark. The
+    attractor is the first non-keyed release option that the item lists as incorrect
+    (passing over "Unknown.", which the generation split counts as correct, and ignoring the
+    multiple-choice sentence's final period): W2. Source order would give W0, the seeded
+    hash W1, the release's all-wrong blocks (letter D) W0."""
+    from context_effects.datasets import ATTRACTOR_RULE, RELEASE_ATTRACTOR_RULE, attractor_index, validate_items
+
+    raw = tmp_path / "tqa.jsonl"
+    raw.write_text(json.dumps({"type": "Adversarial", "category": "Misc", "question": "Which one?",
+                               "best_answer": "Right", "correct_answers": ["Right", "Unknown"],
+                               "incorrect_answers": ["W0", "W1", "W2", "W3"], "source": "x"}) + "\n")
+    options = [{"label": f"({k})", "text": t} for k, t in zip("ABCD", ("Unknown.", "W2.", "Right.", "W0."))]
+    rows = [{"original_instance_ID": 0, "source_row_index": 0, "question": "Which one?", "options": options,
+             "answer": {"label": "(C)", "text": "Right."}, "dataset_name": "truthfulqa", "condition_id": cid,
+             "perturbed_prompt": "\n\n".join(f"N{i}: My guess is D." for i in range(6))}
+            for cid in ("unanimous_wrong_absent", "unanimous_wrong_present")]
+    rel = tmp_path / "rel.jsonl"
+    rel.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    items = build_item_table("truthfulqa", {"kind": "local", "path": str(raw)}, n_items=1, sample_seed=42,
+                             attractor_seed=42, sample={"source": "release", "path": str(rel)},
+                             peer_source="generated")
+    item = items.iloc[0]
+    assert item["wrong_attractor"] == "W2"
+    assert item["incorrect_answers"][0] == "W0" and item["incorrect_answers"][attractor_index(item["item_id"], 4, 42)] == "W1"
+    assert items.attrs["attractor_rule"] == RELEASE_ATTRACTOR_RULE and items.attrs["attractor_seed"] is None
+    # The written table names its rule, and reading it back checks that rule, not the hash.
+    write_items(items, tmp_path / "items.parquet")
+    back = read_items(tmp_path / "items.parquet")
+    assert back.attrs["attractor_rule"] == RELEASE_ATTRACTOR_RULE and back["wrong_attractor"].tolist() == ["W2"]
+    with pytest.raises(ValueError, match="seeded rule"):
+        validate_items(back, attractor_seed=42)
+    # A seeded sample keeps the hash rule.
+    seeded = build_item_table("truthfulqa", {"kind": "local", "path": str(raw)}, n_items=1, sample_seed=42,
+                              attractor_seed=42)
+    assert seeded.iloc[0]["wrong_attractor"] == "W1" and seeded.attrs["attractor_rule"] == ATTRACTOR_RULE
+    # No wrong option among the incorrect answers: an error naming the item.
+    rows[0]["options"] = rows[1]["options"] = [options[0], options[2]]
+    rel.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with pytest.raises(release.ReleaseError, match=r"release item 0 .*no wrong option is among its incorrect"):
+        build_item_table("truthfulqa", {"kind": "local", "path": str(raw)}, n_items=1, sample_seed=42,
+                         attractor_seed=42, sample={"source": "release", "path": str(rel)})
+
+
+@shared
+def test_release_attractors_give_the_seeds_magpie_claim(shared_items):
+    """Seed 002's one printed attractor (Table 1): the magpie item's wrong peers claim that saying
+    "Good morning, Mr. Magpie" wards off bad luck. Every attractor is one of the options the
+    release shows; for ARC-Challenge and MMLU-Pro (release order = source order) it is the
+    first incorrect option."""
+    tqa = shared_items["truthfulqa"]
+    magpie = tqa.loc[tqa["question"].str.contains("single magpie"), "wrong_attractor"].item()
+    assert magpie.endswith('by saying "Good morning, Mr. Magpie"')
+    for dataset, items in shared_items.items():
+        rows = release.read_release(RELEASE / SOURCES[dataset][1])
+        # TruthfulQA by question, the others by id (ARC repeats some question texts under other ids).
+        key = (lambda r: _norm(r["question"])) if dataset == "truthfulqa" else (
+            lambda r: str(r.get("original_instance_ID") or r["item_id"].removeprefix(f"{dataset}-")))
+        shown = {key(rel): {_norm(o["text"]).rstrip(".") for o in rel["options"] if o["label"] != rel["answer"]["label"]}
+                 for rel in release.release_items(rows)}
+        assert all(_norm(r["wrong_attractor"]).rstrip(".") in shown[key(r)] for r in items.to_dict("records"))
+        if dataset != "truthfulqa":
+            assert (items["wrong_attractor"] == items["incorrect_answers"].map(lambda x: x[0])).all()
 
 
 def test_release_design_blocks_by_construction():

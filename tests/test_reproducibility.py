@@ -95,15 +95,51 @@ def test_one_execution_gives_a_row_saying_so():
     assert len(t) == 1 and t.iloc[0]["Quantity"].startswith("not estimated: one execution configured")
 
 
+def test_main_vs_decomposition_is_the_identical_prompt_rerun():
+    """Constructed: the executions 42 and 43 reproduce every Round-1 answer, but the
+    decomposition corpus's own run at seed 42 (same prompt, same seed) reproduces one of
+    four. The cross-execution rate says 100%, the rerun the seed's 54% speaks of says 25%."""
+    rows = []
+    for item, decomposition in (("q1", "a"), ("q2", "b"), ("q3", "b"), ("q4", "b")):
+        for seed in (42, 43):
+            rows.append({"corpus": "main", "seed": seed, "generator": "g1", "item_id": item, "condition": "round1",
+                         "text": "a"})
+        rows.append({"corpus": "decomposition", "seed": 42, "generator": "g1", "item_id": item,
+                     "condition": "round1", "text": decomposition})
+        # Other arms and another label never enter the rerun rate.
+        rows.append({"corpus": "decomposition", "seed": 42, "generator": "g1", "item_id": item,
+                     "condition": "no_peer", "text": "a"})
+        rows.append({"corpus": "decomposition", "seed": 7, "generator": "g1", "item_id": item,
+                     "condition": "round1", "text": "a"})
+    answers = {"truthfulqa": pd.DataFrame(rows)}
+    labels = {"truthfulqa": "TruthfulQA"}
+    t = R.reproducibility_table(answers, {}, [42, 43], {"g1": "G1"}, labels, decomposition_seed=42)
+    t = t.set_index(["Quantity", "Dataset", "Model"])
+    assert t.loc[(R.MATCH_PAIRWISE, R.ALL, R.ALL), "Value"] == 1.0
+    rerun = t.loc[(R.MATCH_DECOMPOSITION, R.ALL, R.ALL)]
+    assert (rerun["Units"], rerun["Value"], rerun["Executions"]) == (4, 0.25, 2)
+    assert (rerun["CI low"], rerun["CI high"]) == pytest.approx(R.wilson(1, 4))
+    assert t.loc[(R.MATCH_DECOMPOSITION, "TruthfulQA", "G1"), "Value"] == 0.25
+    # Without a decomposition corpus there is no such row; with one execution it is still computed.
+    plain = R.reproducibility_table(answers, {}, [42, 43], decomposition_seed=None)
+    assert R.MATCH_DECOMPOSITION not in set(plain["Quantity"])
+    single = R.reproducibility_table(answers, {}, [42], decomposition_seed=42)
+    assert single.iloc[0]["Quantity"].startswith("not estimated")
+    assert single.loc[single["Quantity"] == R.MATCH_DECOMPOSITION, "Value"].tolist() == [0.25] * 3
+
+
 def test_registry_entry_reads_answers_and_ratings_tables():
     spec = REGISTRY.table("reproducibility")
     cfg = {"conformity": {"datasets": ["truthfulqa"], "seeds": [42, 43], "generators": ["g"], "judges": ["j"],
-                          "hosted_judges": [], "enabled": True},
+                          "hosted_judges": [], "enabled": True, "decomposition": {"enabled": True, "seed": 42}},
            "models": {"g": {"display_name": "G"}}, "run": {"kind": "synthetic"}}
     assert spec.inputs(cfg) == {"answers": ["results/conformity/answers/truthfulqa.parquet"],
                                 "ratings": ["results/conformity/ratings/truthfulqa.parquet"]}
     s = spec.settings(cfg)
     assert s["seeds"] == [42, 43] and s["display_names"] == {"g": "G", "j": "j"}
+    assert s["decomposition_seed"] == 42
+    cfg["conformity"]["decomposition"]["enabled"] = False
+    assert spec.settings(cfg)["decomposition_seed"] is None
 
 
 # ----------------------------------------------------------------------------- synthetic recovery
@@ -171,11 +207,16 @@ def test_registry_builder_reads_the_parquet_tables(tmp_path):
     a, r = tmp_path / "answers.parquet", tmp_path / "ratings.parquet"
     answers.to_parquet(a)
     ratings.to_parquet(r)
-    s = {"datasets": ["truthfulqa"], "seeds": SEEDS, "display_names": {"g1": "G1", "j1": "J1"}, "run_kind": "paper"}
+    s = {"datasets": ["truthfulqa"], "seeds": SEEDS, "display_names": {"g1": "G1", "j1": "J1"}, "run_kind": "paper",
+         "decomposition_seed": None}
     built = spec.build({"answers": [str(a)], "ratings": [str(r)]}, s)
     df = built.df.set_index(["Quantity", "Dataset", "Model"])
     assert df.loc[(R.MATCH_ALL, "TruthfulQA", "G1"), "Value"] == pytest.approx(0.5)
     assert df.loc[(R.RATING_IDENTICAL, R.ALL, "J1"), "Value"] == pytest.approx((1 + 1 / 3) / 2)
-    assert any("54%" in n for n in built.notes)
+    assert any("no decomposition corpus configured" in n for n in built.notes)
+    with_rerun = spec.build({"answers": [str(a)], "ratings": [str(r)]}, {**s, "decomposition_seed": 7})
+    assert any("54%" in n and "seed 7" in n for n in with_rerun.notes)
+    # _answers holds one decomposition Round-1 answer, at label 7, which no execution has: no trial to compare.
+    assert R.MATCH_DECOMPOSITION not in set(with_rerun.df["Quantity"])
     one = spec.build({"answers": [], "ratings": []}, {**s, "seeds": [42]})
     assert one.df.iloc[0]["Quantity"].startswith("not estimated")

@@ -210,18 +210,21 @@ def test_table3_cells_carry_the_generator_mean_refit_flag(tmp_path):
 
 def test_round1_match_rate_and_table4_rows_compare_number_by_number(tmp_path):
     """The shipped published rows for the 54% Round-1 match rate and Table 4 find their cells in
-    the tables the builders write (the reproducibility table's pooled pairwise row; one Table 4
-    row per judge)."""
-    from context_effects.conformity.reproducibility import round1_match
+    the tables the builders write (the reproducibility table's pooled main-vs-decomposition row,
+    the identical-prompt rerun; one Table 4 row per judge)."""
+    from context_effects.conformity.reproducibility import reproducibility_table
 
     published = read_published(sorted((REPO / "paper/published/conformity").glob("*.csv")))
     wanted = published[(published["id"] == "s2_2.decomp.round1_match_rate")
                        | published["id"].str.match(r"table4\.(gemma|gpt4o)\.")]
     assert len(wanted) == 5
-    # 100 trials, 54 whose three executions wrote one text, 46 with three different texts.
+    # 100 trials whose three executions wrote one text; the decomposition corpus's own run at
+    # seed 42 reproduced 54 of them. The executions' pairwise rate (100%) is not the 54%.
     rows = [{"corpus": "main", "seed": seed, "generator": "g", "item_id": f"q{i}", "condition": "round1",
-             "text": "same" if i < 54 else f"t{seed}"} for i in range(100) for seed in (42, 43, 44)]
-    repro = round1_match({"truthfulqa": pd.DataFrame(rows)}, [42, 43, 44])
+             "text": "same"} for i in range(100) for seed in (42, 43, 44)]
+    rows += [{"corpus": "decomposition", "seed": 42, "generator": "g", "item_id": f"q{i}", "condition": "round1",
+              "text": "same" if i < 54 else "other"} for i in range(100)]
+    repro = reproducibility_table({"truthfulqa": pd.DataFrame(rows)}, {}, [42, 43, 44], decomposition_seed=42)
     t = tmp_path / "results/tables/conformity"
     write_table(repro, t / "reproducibility.csv", t / "reproducibility.tex", "Reproducibility", "tab:r")
     table4 = pd.DataFrame({"Panel": ["open-weight panel", "frontier API judge"], "Judge": ["Gemma-2-9B", "GPT-4o"],
@@ -291,7 +294,7 @@ def test_tables_2_19_and_14_shipped_rows_find_the_cells_the_builders_write(tmp_p
     """The pooled rows of Tables 2 and 19 and the No-Peer sim_peer cells of Table 14 are the
     cells the shipped published rows select; Table 19's last column reproduces the seed's
     TruthfulQA hard tercile from two questions with its printed means."""
-    from context_effects.conformity import descriptive as D
+    from context_effects.conformity.outputs import REGISTRY
     from context_effects.metrics import summaries
 
     rows = []
@@ -309,7 +312,12 @@ def test_tables_2_19_and_14_shipped_rows_find_the_cells_the_builders_write(tmp_p
                              "pass": "blind", "rating": rating, "status": "ok", "hosted": False})
     ratings = pd.DataFrame(rows)
     t = tmp_path / "results/tables/conformity"
-    write_table(D.table2({"truthfulqa": ratings}, 42), t / "table2.csv", t / "table2.tex", "T2", "tab:2")
+    # Table 2 as its registry builder writes it (datasets by their labels).
+    ratings.to_parquet(tmp_path / "ratings.parquet")
+    built = REGISTRY.table("table2").build({"ratings": [str(tmp_path / "ratings.parquet")]},
+                                           {"datasets": ["truthfulqa"], "primary_seed": 42, "seeds": [42, 43],
+                                            "run_kind": "paper"})
+    write_table(built.df, t / "table2.csv", t / "table2.tex", "T2", "tab:2")
     t19 = summaries.difficulty_table(ratings, n_resamples=200, seed=0, primary_seed=42)
     write_table(t19, t / "table19.csv", t / "table19.tex", "T19", "tab:19")
     semantic = pd.DataFrame({"Dataset": ["TruthfulQA"], "Condition": ["No-Peer"], "n": [6], "sim_gold": [0.6],
@@ -322,3 +330,55 @@ def test_tables_2_19_and_14_shipped_rows_find_the_cells_the_builders_write(tmp_p
     assert hard["reproduced"] == pytest.approx(0.151) and hard["status"] == "agrees"
     assert report.loc["table19.truthfulqa.hard.delta_all_wrong", "reproduced"] == pytest.approx(-0.083)
     assert report.loc["table14.truthfulqa.no_peer.sim_peer", "status"] == "agrees"
+
+
+def test_every_study_c_table_names_datasets_by_one_label_map(tmp_path):
+    """Tables 2 and 5, agreement, flip share and the injection-excluded Table 2 name their
+    datasets as every other Study C table does (TruthfulQA, MMLU-Pro; pooled rows All), so one
+    selector finds a dataset in any of them; the shipped published rows and the paper's macros
+    select them that way. A table keyed by config name (truthfulqa) would leave them unmatched."""
+    import yaml
+
+    from context_effects.conformity.conditions import DATASET_LABELS
+    from context_effects.conformity.outputs import REGISTRY
+
+    datasets = ["truthfulqa", "mmlu_pro"]
+    inputs = {"ratings": [], "revisions": []}
+    for ds in datasets:
+        rows = []
+        for judge, (c, w) in (("j1", (5.0, 2.0)), ("j2", (4.0, 4.0))):
+            for cond, rating in (("no_peer", 4.0), ("peer_correct", c), ("peer_mixed", 4.0), ("peer_wrong", w)):
+                rows.append({"answer_id": f"{ds}|{cond}", "item_id": "q1", "condition": cond, "corpus": "main",
+                             "seed": 42, "pass": "blind", "reference": None, "judge": judge, "rating": rating})
+            for ref in ("free", "augmented"):
+                for cond, rating in (("anchor_correct", c), ("anchor_incorrect", w)):
+                    rows.append({"answer_id": f"{ds}|{cond}", "item_id": "q1", "condition": cond, "corpus": "anchor",
+                                 "seed": None, "pass": "blind", "reference": ref, "judge": judge, "rating": rating})
+        ratings = pd.DataFrame(rows).assign(dataset=ds, status="ok", hosted=False, injection_flag=False,
+                                           generator="g", authority=None)
+        revisions = pd.DataFrame({"answer_id": ["r1"], "unchanged": [True], "rating_round1": [5.0],
+                                  "rating_revision": [3.0], "rating_drop": [2.0]})
+        for kind, df in (("ratings", ratings), ("revisions", revisions)):
+            path = tmp_path / f"{kind}-{ds}.parquet"
+            df.to_parquet(path)
+            inputs[kind].append(str(path))
+    settings = {"datasets": datasets, "primary_seed": 42, "seeds": [42], "run_kind": "paper"}
+    labels = {"TruthfulQA", "MMLU-Pro", "All"}
+    for name in ("table2", "table2_injection_excluded", "table5", "agreement", "flip_share"):
+        got = set(REGISTRY.table(name).build(inputs, settings).df["Dataset"])
+        assert got <= labels and got & {"TruthfulQA", "MMLU-Pro"} == {"TruthfulQA", "MMLU-Pro"}, (name, got)
+
+    # The fit tables keep a copy of the map (context_effects.measurement.report): the same names.
+    from context_effects.measurement import report as fit_report
+
+    assert fit_report.DATASET_LABELS == DATASET_LABELS
+
+    # The shipped selectors of Study C name datasets by those labels.
+    known = set(DATASET_LABELS.values()) | {"All"}
+    published = read_published(sorted((REPO / "paper/published/conformity").glob("*.csv")))
+    selectors = list(published["row"])
+    spec = yaml.safe_load((REPO / "paper/numbers.yaml").read_text())
+    selectors += [v.get("row", "") for v in spec.values() if str(v.get("table", "")).startswith("conformity/")]
+    named = {part.split("=", 1)[1].strip() for sel in selectors for part in sel.split(";")
+             if part.strip().startswith("Dataset=")}
+    assert named and named <= known, named - known

@@ -41,9 +41,9 @@ def test_dry_run_paper_config(workdir):
     assert counts["all"] == 1
     # Seed 000's roster, each model with what its API will be sent.
     out = res.stdout + res.stderr
-    for name, profile in [("gpt-5-nano", "openai-reasoning"), ("gpt-5.2", "openai-reasoning"),
-                          ("claude-haiku", "anthropic"), ("claude-sonnet", "anthropic"), ("claude-opus", "anthropic"),
-                          ("gemini-flash", "gemini-openai"), ("gemini-pro", "gemini-openai"),
+    for name, profile in [("gpt-5-nano", "gpt-5"), ("gpt-5.2", "gpt-5.2"), ("claude-haiku", "claude-haiku-4-5"),
+                          ("claude-sonnet", "claude-sonnet-4-6"), ("claude-opus", "claude-opus-4-7"),
+                          ("gemini-flash", "gemini-3-flash"), ("gemini-pro", "gemini-3-pro"),
                           ("qwen2.5-7b", "vllm"), ("mistral-7b", "vllm"), ("gemma-2-9b", "vllm"),
                           ("llama-3.1-8b", "vllm")]:
         assert re.search(rf"^  {re.escape(name)} \(.*\): {profile}[;\n]", out + "\n", re.M), name

@@ -116,7 +116,14 @@ def model_settings(config: Config, model: str) -> dict[str, Any]:
     for path in SPEED_SETTINGS:
         if path[:2] == ("models", "*"):
             out = _without(out, path[2:])
-    return dict(out)
+    out = dict(out)
+    if out.get("backend") in ("openai", "anthropic", "openai_compatible"):
+        from context_effects.llm.capabilities import profile
+
+        # The resolved profile, so that an edit of its entry in capabilities.yaml (data,
+        # not code) reruns exactly the jobs of the models it changes.
+        out["capabilities"] = profile(out)
+    return out
 
 
 def with_speed_settings(model_params: Mapping[str, Any], config: Config, model: str) -> dict[str, Any]:
@@ -237,16 +244,7 @@ def require_api_keys(config: Config, workflow: Any = None) -> None:
     if workflow is not None and getattr(workflow, "dag", None) is None:
         once_dag_is_built(workflow, lambda: workflow.dryrun and require_api_keys(config, workflow))
         return
-    if workflow is None:
-        models = used_models(config)
-    else:
-        models = sorted(
-            {
-                str(job.wildcards_dict["model"])
-                for job in workflow.dag.needrun_jobs()
-                if job.rule.name.startswith("answer_requests") and "model" in job.wildcards_dict
-            }
-        )
+    models = _answering_models(config, workflow)
     missing = missing_env({m: config["models"][m] for m in models if m in config["models"]})
     if not missing:
         return
@@ -259,6 +257,37 @@ def require_api_keys(config: Config, workflow: Any = None) -> None:
         )
         return
     raise MissingSecretError(missing)
+
+
+def _answering_models(config: Config, workflow: Any = None) -> list[str]:
+    """The models of the answering jobs Snakemake is about to run (every model the enabled
+    studies call, without a built DAG)."""
+    if workflow is None:
+        return used_models(config)
+    return sorted(
+        {
+            str(job.wildcards_dict["model"])
+            for job in workflow.dag.needrun_jobs()
+            if job.rule.name.startswith("answer_requests") and "model" in job.wildcards_dict
+        }
+    )
+
+
+def require_served_models(config: Config, workflow: Any = None) -> None:
+    """Stop before any job starts if a hosted model the run's answering jobs call is not
+    served by its provider (``llm.preflight``): the error names each model, its config
+    key, the id and the provider's answer. Call it from ``onstart``, after the keys are
+    checked: a real run only, with the DAG built. Replay calls no provider, and
+    ``run.preflight: false`` skips the check."""
+    if config["run"]["replay"] or not config["run"]["preflight"]:
+        return
+    import logging
+
+    from context_effects.llm.preflight import check_served
+
+    models = {m: config["models"][m] for m in _answering_models(config, workflow) if m in config["models"]}
+    for warning in check_served(models):
+        logging.getLogger("snakemake.logging").warning(f"Model check: {warning}")
 
 
 def model_profiles(config: Config) -> str:

@@ -18,24 +18,33 @@ table's metadata records ``sample`` (source, path, commit, sha256), ``panel_seed
 release's design where none were released, or come from the seeded generator) and, for
 the first two, ``release_blocks``.
 
-Wrong-attractor rule (cited by the paper config)
-------------------------------------------------
+Wrong-attractor rules (cited by the paper config)
+-------------------------------------------------
 Each item gets exactly one wrong attractor, chosen once and reused by every
 wrong-endorsing condition (an attractor drawn per condition would confound the
-condition with the attractor)::
+condition with the attractor).
+
+* **Items taken from a release** (the paper config): the item's first wrong option
+  in the release's option order, as the item table's incorrect-answer text
+  (``conformity.release.release_attractors``). It gives seed 002's only printed
+  attractor (Table 1's magpie item), which the hash below does not; the evidence, the
+  rules tried and why this one is kept are in docs/deviations.yaml#wrong-attractor-rule.
+* **A seeded sample** (no release order to follow)::
 
     attractor_index = int.from_bytes(
         sha256(f"{attractor_seed}:{item_id}".encode()).digest()[:8], "big"
     ) % len(incorrect_answers)
     wrong_attractor = incorrect_answers[attractor_index]
 
-It depends only on the seed, the item id and the item's incorrect-answer list, so
-it does not change with which items are sampled or in what order.
+  It depends only on the seed, the item id and the item's incorrect-answer list, so
+  it does not change with which items are sampled or in what order.
+
 ``incorrect_answers`` is, in source order, with whitespace stripped, empty strings
 and duplicates removed, and any text that is also a correct answer removed:
 TruthfulQA's "Incorrect Answers"; for multiple-choice items every option except
 the keyed one. For multiple-choice items ``attractor_label`` is the label of the
-first option carrying that text.
+first option carrying that text. The table's metadata names the rule it followed
+(``attractor_rule``).
 
 Cleaning (stated so the counts can be checked against the source files)
 ---------------------------------------------------------------------------
@@ -95,9 +104,9 @@ log = logging.getLogger(__name__)
 
 DATASETS = ("truthfulqa", "mmlu_pro", "arc_challenge")
 
-# Bump when a cleaning rule changes: the rule decides incorrect_answers and hence
+# Bump when a cleaning or attractor rule changes: they decide incorrect_answers and
 # every attractor, so old item tables must not be mistaken for new ones.
-ITEM_TABLE_VERSION = "1"
+ITEM_TABLE_VERSION = "2"
 
 _STR = pa.string()
 _LIST = pa.list_(pa.string())
@@ -157,6 +166,10 @@ _LAYOUT_NOTES = {"arc_raw_nested": "; question = {stem, choices: [{text, label}]
 ATTRACTOR_RULE = (
     'attractor_index = int.from_bytes(sha256(f"{attractor_seed}:{item_id}".encode()).digest()[:8], '
     '"big") % len(incorrect_answers)'
+)
+RELEASE_ATTRACTOR_RULE = (
+    "wrong_attractor = the item's first wrong option in the release's option order that is among its "
+    "incorrect_answers (conformity.release.release_attractors)"
 )
 
 _MMLU_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -709,14 +722,14 @@ def attractor_index(item_id: str, n_incorrect: int, attractor_seed: int | str) -
     return int.from_bytes(digest[:8], "big") % n_incorrect
 
 
-def assign_attractors(items: pd.DataFrame, attractor_seed: int | str) -> pd.DataFrame:
-    """Fill ``wrong_attractor`` / ``attractor_label`` by the seeded rule."""
+def _set_attractors(items: pd.DataFrame, pick) -> pd.DataFrame:
+    """``wrong_attractor`` = ``pick(row)`` for every row, ``attractor_label`` the label of
+    the first non-keyed option carrying that text."""
     out = items.copy()
     attractors, labels = [], []
     for row in out[["item_id", "incorrect_answers", "option_labels", "options",
                     "gold_label"]].itertuples(index=False):
-        wrong = row.incorrect_answers[attractor_index(row.item_id, len(row.incorrect_answers),
-                                                      attractor_seed)]
+        wrong = pick(row)
         attractors.append(wrong)
         label = None
         for lab, opt in zip(row.option_labels, row.options):
@@ -726,8 +739,34 @@ def assign_attractors(items: pd.DataFrame, attractor_seed: int | str) -> pd.Data
         labels.append(label)
     out["wrong_attractor"] = pd.Series(attractors, index=out.index, dtype=out["question"].dtype)
     out["attractor_label"] = pd.Series(labels, index=out.index, dtype=object)
-    out.attrs["attractor_seed"] = attractor_seed
     return out
+
+
+def assign_attractors(items: pd.DataFrame, attractor_seed: int | str) -> pd.DataFrame:
+    """Fill ``wrong_attractor`` / ``attractor_label`` by the seeded rule."""
+    out = _set_attractors(items, lambda row: row.incorrect_answers[
+        attractor_index(row.item_id, len(row.incorrect_answers), attractor_seed)])
+    out.attrs["attractor_seed"] = attractor_seed
+    out.attrs["attractor_rule"] = ATTRACTOR_RULE
+    return out
+
+
+def assign_release_attractors(items: pd.DataFrame, attractors: Mapping[str, str]) -> pd.DataFrame:
+    """Fill ``wrong_attractor`` / ``attractor_label`` from the release's rule
+    (``attractors``: item_id -> text, from ``conformity.release.release_attractors``)."""
+    missing = sorted(set(map(str, items["item_id"])) - set(attractors))
+    if missing:
+        raise ItemTableError(f"{len(missing)} items have no release attractor {_ids(missing)}; take the items "
+                             "from the same release file")
+    out = _set_attractors(items, lambda row: attractors[row.item_id])
+    out.attrs["attractor_rule"] = RELEASE_ATTRACTOR_RULE
+    return out
+
+
+def follows_seeded_rule(df: pd.DataFrame) -> bool:
+    """Whether an item table's attractors follow the seeded hash rule (a table without
+    an ``attractor_rule`` in its metadata predates the release rule, so it does)."""
+    return df.attrs.get("attractor_rule", ATTRACTOR_RULE) == ATTRACTOR_RULE
 
 
 def normalise(dataset: str, raw: pd.DataFrame,
@@ -953,14 +992,16 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
         rows = release.read_release(sample["path"])
         chosen = release.match_items(dataset, items, rows, sample["path"])
         sample.update(chosen.attrs["release"])
+        chosen = assign_release_attractors(chosen, release.release_attractors(dataset, chosen, rows))
     elif sample.get("source", "seeded") == "seeded":
         chosen = sample_items(items, n_items, sample_seed, balance_by=balance_by)
     else:
         raise ValueError(f"{dataset}: sample source must be 'seeded' or 'release', got {sample.get('source')!r}")
-    validate_items(chosen, attractor_seed=attractor_seed)
+    validate_items(chosen, attractor_seed=attractor_seed if follows_seeded_rule(chosen) else None)
     peers = _peer_source(dataset, chosen, rows, peer_source, sample_seed)
     chosen.attrs.update(
-        dataset=dataset, source=describe_source(source), attractor_seed=attractor_seed,
+        dataset=dataset, source=describe_source(source),
+        attractor_seed=attractor_seed if follows_seeded_rule(chosen) else None,
         sample_seed=sample_seed, n_items=n_items if rows is None else len(chosen),
         balance_by=balance_by if rows is None else None, n_available=len(items), sample=sample,
         # The generated panel is drawn once per item from the sample seed, never from an
@@ -1013,11 +1054,12 @@ def write_items(df: pd.DataFrame, path: str | Path, *, attractor_seed: int | str
         meta["sample_seed"] = sample_seed
     if source is not None:
         meta["source"] = describe_source(source)
-    validate_items(df, attractor_seed=meta["attractor_seed"])
+    seeded = follows_seeded_rule(df)
+    validate_items(df, attractor_seed=meta["attractor_seed"] if seeded else None)
     table = pa.Table.from_pandas(df[list(COLUMNS)], schema=ITEM_SCHEMA, preserve_index=False)
     metadata = dict(table.schema.metadata or {})
     meta["item_table_version"] = ITEM_TABLE_VERSION
-    meta["attractor_rule"] = ATTRACTOR_RULE
+    meta["attractor_rule"] = ATTRACTOR_RULE if seeded else RELEASE_ATTRACTOR_RULE
     for k, v in meta.items():
         metadata[f"context_effects.{k}".encode()] = json.dumps(v, sort_keys=True).encode()
     path = Path(path)

@@ -18,3 +18,13 @@ ROUND2_CONDITIONS = ("no_peer", *CONTENT_CONDITIONS, *PEER_CONDITIONS)
 #: Every answer an item can have.
 CONDITIONS = ("round1", *ROUND2_CONDITIONS, *ANCHOR_CONDITIONS)
 D_BY_CONDITION = {f"peer_{p}": d for p, d in D_BY_POLARITY.items()}
+
+#: How every Study C table names a dataset (its config key -> the seed's name), so a
+#: table row is selected the same way in every table (``Dataset=TruthfulQA``); the
+#: pooled rows keep ``All``.
+DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
+
+
+def dataset_label(dataset: str) -> str:
+    """A dataset's name in the tables (a key outside ``DATASET_LABELS``, such as ``All``, as it is)."""
+    return DATASET_LABELS.get(dataset, dataset)

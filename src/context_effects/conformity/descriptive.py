@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import polars as pl
 
-from context_effects.conformity.conditions import ANCHOR_CONDITIONS
+from context_effects.conformity.conditions import ANCHOR_CONDITIONS, dataset_label
 
 #: Table 2's columns: seed 002 names → conditions of the main corpus.
 TABLE2_COLUMNS = {"NoPeer": "no_peer", "AllCorrect": "peer_correct", "Mixed": "peer_mixed", "AllWrong": "peer_wrong"}
@@ -169,14 +169,27 @@ def table2(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) ->
 # --------------------------------------------------------------------- Table 5
 
 
+#: Table 5's two readings of "Correct Anchor Ranked Higher". Seed 002 ("Anchor Calibration
+#: is Necessary", Table 5) says "on only 73.3% of questions": the per-question share is the
+#: one compared with its 73.3% / 97.5%.
+#: The printed numbers cannot tell the two apart at the seed's scale (three datasets pooled:
+#: 1,500 questions, 73.3% = 1,100/1,500; 97.5% = 1,462 or 1,463 of 1,500; a share of 500
+#: questions cannot print 73.3%: 366/500 = 73.2%, 367/500 = 73.4%), so the word decides;
+#: the (item x judge) share is printed beside it (docs/deviations.yaml#anchor-audit-definition).
+RANKED_PER_QUESTION = "Correct Anchor Ranked Higher (% of questions)"
+RANKED_PER_PAIR = "Correct Anchor Ranked Higher (% of item x judge pairs)"
+
+
 def anchor_audit(ratings_by_dataset: Mapping[str, RatingsFrame]) -> pd.DataFrame:
     """Table 5: anchor recognition under reference-free and reference-augmented scoring.
 
-    "Correct anchor ranked higher" is the share of (item, judge) pairs whose
-    correct anchor got a strictly higher rating than the incorrect one (a tie is
-    not a correct ranking); pairs with a missing rating are left out. Means are
-    over all retained anchor ratings; separation = mean correct − mean incorrect.
-    Rows: every dataset and all datasets pooled.
+    "Correct anchor ranked higher" is read two ways, each a strict comparison (a tie is
+    not a correct ranking) over the (item, judge) pairs with both anchors rated: per
+    question, the panel's mean rating of the correct anchor above its mean rating of
+    the incorrect one (``RANKED_PER_QUESTION``, the seed's "of questions"); and per
+    (item, judge) pair (``RANKED_PER_PAIR``). Means are over all retained anchor
+    ratings; separation = mean correct − mean incorrect. Rows: every dataset and all
+    datasets pooled.
     """
     where = (pl.col("condition").is_in(list(ANCHOR_CONDITIONS)) & ~pl.col("hosted")
              & (pl.col("status") == "ok")).fill_null(False)
@@ -193,15 +206,20 @@ def anchor_audit(ratings_by_dataset: Mapping[str, RatingsFrame]) -> pd.DataFrame
                     .agg([pl.col("rating").filter(pl.col("condition") == c).mean().alias(c)
                           for c in ANCHOR_CONDITIONS])
                     .drop_nulls(list(ANCHOR_CONDITIONS)))
+            # The panel means of one question are over the same judges, so comparing them is
+            # comparing the sums of the judges' differences (exact on integer ratings).
+            questions = (wide.group_by(["dataset", "item_id"])
+                         .agg((pl.col("anchor_correct") - pl.col("anchor_incorrect")).sum().alias("diff")))
             correct = _mean(a.filter(pl.col("condition") == "anchor_correct")["rating"])
             incorrect = _mean(a.filter(pl.col("condition") == "anchor_incorrect")["rating"])
-            ranked = ((wide["anchor_correct"] > wide["anchor_incorrect"]).mean() * 100
-                      if wide.height else np.nan)
             stats[ref] = {
-                "Correct Anchor Ranked Higher (%)": ranked,
+                RANKED_PER_QUESTION: (questions["diff"] > 0).mean() * 100 if questions.height else np.nan,
+                RANKED_PER_PAIR: ((wide["anchor_correct"] > wide["anchor_incorrect"]).mean() * 100
+                                  if wide.height else np.nan),
                 "Mean Correct-Anchor Rating": correct,
                 "Mean Incorrect-Anchor Rating": incorrect,
                 "Mean Separation": correct - incorrect,
+                "Questions": float(questions.height),
                 "Pairs (item x judge)": float(wide.height),
             }
         for quantity in stats["free"]:
@@ -484,7 +502,7 @@ def plot_rating_distribution(dist: pd.DataFrame, datasets: Sequence[str], notes:
         for k, colour in zip("12345", colours):
             ax.barh(d["condition"], d[k], left=left, color=colour, label=k, height=0.75, linewidth=0)
             left += d[k].to_numpy()
-        ax.set_title(dataset)
+        ax.set_title(dataset_label(dataset))
         ax.set_xlim(0, 1)
         ax.set_xlabel("share of blind ratings")
     # Once: the panels share y, and a second inversion would undo the first.

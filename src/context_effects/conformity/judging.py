@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from context_effects.conformity.conditions import ANCHOR_CONDITIONS, D_BY_CONDITION
-from context_effects.conformity.replies import parse_rating
+from context_effects.conformity.replies import judge_policy_params, parse_rating
 from context_effects.conformity.requests import ANCHOR_CORPUS, judge_decoding, judge_requests
 from context_effects.datasets import read_items
 from context_effects.llm.capabilities import served_model
@@ -102,7 +102,7 @@ def write_judge_shard(
     ``i * items_per_shard`` onward of its dataset) for one judge. ``items_paths`` and
     ``answers_paths`` map each dataset to its item and answers tables.
 
-    ``judging`` is ``conformity.judging`` (sampling, re-asks); a ``hosted`` judge rates
+    ``judging`` is ``conformity.judging`` (sampling, the retry loop); a ``hosted`` judge rates
     only the main corpus at ``primary_seed`` and the anchors.
     """
     k = items_per_shard
@@ -114,8 +114,10 @@ def write_judge_shard(
     sel = pd.concat(selected, ignore_index=True)
     settings = judging
     requests = judge_requests(sel, judge, judge_cfg, settings, seed)
+    # Re-asked by the judging settings' retry loop (seed 002 App. A.6 by default).
     write_request_shard(
-        out_path, requests, reply_policy="conformity.rating", max_attempts=int(settings["max_attempts"])
+        out_path, requests, reply_policy="conformity.rating", policy_params=judge_policy_params(settings),
+        max_attempts=int(settings["max_attempts"]),
     )
     return len(requests)
 

@@ -28,13 +28,12 @@ from typing import Any
 import pandas as pd
 
 from context_effects.conformity import dag
+from context_effects.conformity.conditions import DATASET_LABELS, dataset_label
 from context_effects.measurement.pipeline import DECOMPOSITION_TABLES
 from context_effects.outputs import Built, FigureSpec, Registry, TableSpec
 
 Config = Mapping[str, Any]
 log = logging.getLogger("context_effects")
-
-DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
 
 
 # --- descriptive stage -------------------------------------------------------------------
@@ -93,34 +92,44 @@ def _notes(s: Mapping[str, Any]) -> list[str]:
     return run_notes(s["run_kind"])
 
 
+def _labelled(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with its datasets named as in every other Study C table (``DATASET_LABELS``)."""
+    return table.assign(Dataset=table["Dataset"].map(dataset_label)) if "Dataset" in table else table
+
+
 def build_table2(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
     table = D.table2(_scanned(inputs["ratings"], s), s["primary_seed"])
-    return Built(table, [_executions_note(s), *_notes(s)])
+    return Built(_labelled(table), [_executions_note(s), *_notes(s)])
 
 
 def build_table2_injection_excluded(inputs, s) -> Built:
     from context_effects.conformity.injection import table2_injection_excluded
 
     table = table2_injection_excluded(_per_dataset(inputs["ratings"], s), s["primary_seed"])
-    return Built(table, [_executions_note(s) + " Ratings of answers flagged as addressing the judge (possible prompt "
-                         "injection; docs/deviations.yaml#answer-injection-flags) are left out; excluded_answers and "
-                         "excluded_ratings count them among Table 2's ratings.", *_notes(s)])
+    return Built(_labelled(table), [
+        _executions_note(s) + " Ratings of answers flagged as addressing the judge (possible prompt injection; "
+        "docs/deviations.yaml#answer-injection-flags) are left out; excluded_answers and excluded_ratings count "
+        "them among Table 2's ratings.", *_notes(s)])
 
 
 def build_table5(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(D.anchor_audit(_scanned(inputs["ratings"], s)),
-                 ["Ranked higher: share of (item, judge) pairs with correct anchor rated strictly above the "
-                  "incorrect anchor; open judge panel.", *_notes(s)])
+    return Built(_labelled(D.anchor_audit(_scanned(inputs["ratings"], s))),
+                 [f"'{D.RANKED_PER_QUESTION}': share of questions whose correct anchor has a strictly higher mean "
+                  "panel rating than the incorrect anchor; this is the row compared with seed 002's 73.3% and 97.5% "
+                  "(its Table 5 counts questions). "
+                  f"'{D.RANKED_PER_PAIR}': share of (item, judge) pairs with the correct anchor rated strictly "
+                  "above the incorrect anchor. Both over pairs with both anchors rated; open judge panel "
+                  "(docs/deviations.yaml#anchor-audit-definition).", *_notes(s)])
 
 
 def build_agreement(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(D.blind_agreement(_scanned(inputs["ratings"], s), s["primary_seed"]),
+    return Built(_labelled(D.blind_agreement(_scanned(inputs["ratings"], s), s["primary_seed"])),
                  [_panel_note(s) + " Units are answers, coders are judges.", *_notes(s)])
 
 
@@ -134,7 +143,7 @@ def build_parse_failures(inputs, s) -> Built:
 def build_flip_share(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(D.flip_share(_per_dataset(inputs["revisions"], s)),
+    return Built(_labelled(D.flip_share(_per_dataset(inputs["revisions"], s))),
                  ["Flip indicator: the answer's side is the candidate set (gold and other correct answers vs "
                   "attractor and other incorrect answers) with the highest token F1; mean blind panel ratings.",
                   *_notes(s)])
@@ -148,6 +157,7 @@ def _reproducibility_settings(config: Config) -> dict[str, Any]:
     c = config["conformity"]
     models = dict.fromkeys([*c["generators"], *c["judges"], *c["hosted_judges"]])
     return {"datasets": list(c["datasets"]), "seeds": [int(x) for x in c["seeds"]],
+            "decomposition_seed": int(c["decomposition"]["seed"]) if c["decomposition"]["enabled"] else None,
             "display_names": {m: (config.get("models", {}).get(m) or {}).get("display_name") or m for m in models},
             "run_kind": config["run"]["kind"]}
 
@@ -160,20 +170,26 @@ _RATING_COLUMNS = ["corpus", "pass", "status", "seed", "rating", "judge", "item_
 def build_reproducibility(inputs, s) -> Built:
     from context_effects.conformity.reproducibility import reproducibility_table
 
-    if len(s["seeds"]) < 2:
-        answers, ratings = {}, {}
-    else:
+    decomposition = s.get("decomposition_seed")
+    answers, ratings = {}, {}
+    if len(s["seeds"]) >= 2 or decomposition is not None:
         answers = {d: pd.read_parquet(p, columns=_ANSWER_COLUMNS)
                    for d, p in zip(s["datasets"], inputs["answers"], strict=True)}
+    if len(s["seeds"]) >= 2:
         ratings = {d: pd.read_parquet(p, columns=_RATING_COLUMNS)
                    for d, p in zip(s["datasets"], inputs["ratings"], strict=True)}
-    table = reproducibility_table(answers, ratings, s["seeds"], s["display_names"], DATASET_LABELS)
+    table = reproducibility_table(answers, ratings, s["seeds"], s["display_names"], DATASET_LABELS, decomposition)
     return Built(table, [
         f"Executions: main corpus at seeds {s['seeds']} (conformity.seeds). A trial is one (dataset, item, "
         "generator). All executions: share of trials with a Round-1 answer in every execution whose texts are "
         "identical strings (95% Wilson interval over trials). Pairwise: per trial the share of execution pairs "
-        "with identical text, averaged over trials (95% normal interval over trials); seed 002's 54% is compared "
-        "with the pooled pairwise rate.",
+        "with identical text, averaged over trials (95% normal interval over trials).",
+        f"Main vs decomposition: per trial, whether the main corpus's Round-1 text at seed {decomposition} is the "
+        "same string as the decomposition corpus's Round-1 text, generated from the identical prompt and seed in a "
+        "run of its own (95% Wilson interval over trials); seed 002's 54% ('Round 1 answers matched across "
+        "nominally identical runs', the reason for its self-contained decomposition corpora) is compared with "
+        "the pooled row." if decomposition is not None else
+        "Main vs decomposition: no decomposition corpus configured (conformity.decomposition.enabled).",
         "Blind ratings (main corpus, valid ratings only): a unit is one answer slot (item, generator, condition, "
         "authority) a judge rated in at least two executions. Identical: share of execution pairs with the same "
         "rating, averaged over units. Alpha: Krippendorff's ordinal alpha with executions as coders. Definitions: "
@@ -297,7 +313,8 @@ def _table7_inputs(config: Config) -> dict[str, list[str]]:
     """Table 7 is a late rule: it runs after the outputs whose jobs it measures (answers,
     ratings, metric and quality tables, this stage's other tables), so the benchmark files
     of everything the run did are on disk when it reads them."""
-    late = [f for t in REGISTRY.tables("metrics") if t.name not in ("table6", "table7", "table8")
+    own = ("table6", "table7", "table8", "table8_requests")
+    late = [f for t in REGISTRY.tables("metrics") if t.name not in own
             for f in (f"results/tables/conformity/{t.name}.csv", f"results/tables/conformity/{t.name}.tex")]
     return {"late": dag.answers_tables(config) + late}
 
@@ -319,19 +336,30 @@ _TABLE8_FIT_KEYS = ("method", "chains", "warmup", "samples", "target_accept", "m
 
 
 def _table8_settings(config: Config) -> dict[str, Any]:
+    # Generation and judging settings are not here: Table 8 reads what was sent.
     c = config["conformity"]
     return {
         "packages_config": {
             "conformity": {
-                **{k: list(c[k]) for k in ("generators", "judges", "hosted_judges")},
-                "generation": dict(c["generation"]),
-                "judging": dict(c["judging"]),
                 "fit": {k: c["fit"][k] for k in _TABLE8_FIT_KEYS},
                 "validation": dict(c["validation"]),
             },
-            "models": {m: {"model_id": config["models"][m]["model_id"]} for m in _used_models(config)},
         },
         "ledger_root": "results/ledgers/conformity",
+        "run_kind": config["run"]["kind"],
+    }
+
+
+def _request_shards(config: Config) -> dict[str, list[str]]:
+    """Every generation and judge request shard of the run (packed shards listed once)."""
+    paths = [p for d in dag.datasets(config) for p in (*dag.request_shards(config, d),
+                                                        *dag.judge_request_shards(config, d))]
+    return {"requests": list(dict.fromkeys(paths))}
+
+
+def _table8_requests_settings(config: Config) -> dict[str, Any]:
+    return {
+        "models": {m: {k: config["models"][m][k] for k in ("display_name", "backend")} for m in _used_models(config)},
         "run_kind": config["run"]["kind"],
     }
 
@@ -449,9 +477,15 @@ REGISTRY = Registry("conformity", [
               inputs=_table7_inputs, settings=_table7_settings, build=_metrics_builder("table7"),
               formats={"Wall h": ".3f", "CPU h": ".3f", "GPU h": ".3f", "Max RSS (MB)": ".0f"}),
     TableSpec("table8", "metrics",
-              "External packages, model checkpoints and principal configuration settings.", "tab:packages",
-              inputs=lambda config: {"infos": dag.metric_infos(config), "answers": dag.answers_tables(config)},
+              "External packages, model checkpoints and principal configuration settings; generation and "
+              "judging settings as each model's requests carried them.", "tab:packages",
+              inputs=lambda config: {"infos": dag.metric_infos(config), "answers": dag.answers_tables(config),
+                                     "sent": ["results/tables/conformity/table8_requests.csv"]},
               settings=_table8_settings, build=_metrics_builder("table8"), align="llll"),
+    TableSpec("table8_requests", "metrics",
+              "Generation and judging settings as each model's requests carried them, read from the request "
+              "shards.", "tab:sent-settings", inputs=_request_shards, settings=_table8_requests_settings,
+              build=_metrics_builder("table8_requests")),
     TableSpec("table13", "metrics",
               "Reference-based lexical metrics for Round 2 answers by dataset and condition (against the gold "
               "answer; BLEU = mean sentence BLEU, 0-100).", "tab:lexical", inputs=_metrics,

@@ -24,7 +24,22 @@ The item list is exactly the release's items, matched to the normalised item tab
 * MMLU-Pro: by ``question_id``, then question and keyed option text must agree.
 
 An item that does not match raises ``ReleaseMatchError`` naming the item and the fix.
-The wrong-attractor rule of ``context_effects.datasets`` is unchanged.
+
+Wrong attractor of a released item (``release_attractors``)
+-----------------------------------------------------------
+A released item's wrong attractor is its **first wrong option in the release's option
+order**: the first option whose label is not the keyed one, taken as the item table's
+incorrect-answer text it names (compared with whitespace collapsed and a final period
+dropped: the multiple-choice sentences end in one, the generation split's answers do
+not). An option the item table does not list as incorrect is passed over: the release's
+"Unknown." of the absolute-pitch question is a correct answer in the generation split.
+Seed 002's one printed attractor (Table 1, the magpie item: "Good morning, Mr. Magpie")
+is option (A) of that item's release row; neither the source order of the generation
+split (its first incorrect answer is "you will have bad luck"), the seeded hash of
+``context_effects.datasets`` ("visitors will come to see you") nor the letters of the
+release's own all-wrong blocks (B absent, C present) give it. For ARC-Challenge and
+MMLU-Pro the release keeps the source's option order, so the rule is the source's first
+incorrect option there (docs/deviations.yaml#wrong-attractor-rule).
 
 Peer blocks (``conformity.peers.source: release``)
 --------------------------------------------------
@@ -243,6 +258,58 @@ def match_items(dataset: str, items: pd.DataFrame, rows: Iterable[Mapping[str, A
     return out
 
 
+def _option_key(text: Any) -> str:
+    """An option or answer text compared across the release and the benchmark: the
+    multiple-choice sentences add a final period that the generation split lacks."""
+    return _norm(text).rstrip(".").rstrip()
+
+
+def _table_ids(dataset: str, items: pd.DataFrame, rows: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """The release's ``original_instance_ID`` (as str) -> the item table's id, for the
+    released items the table holds (TruthfulQA by question text, the others by id)."""
+    if dataset == "truthfulqa":
+        by_q = {_norm(q): str(i) for q, i in zip(items["question"], items["item_id"])}
+        return {str(r["original_instance_ID"]): by_q[_norm(r["question"])]
+                for r in release_items(rows) if _norm(r["question"]) in by_q}
+    have = set(map(str, items["item_id"]))
+    return {str(r["original_instance_ID"]): f"{dataset}-{r['original_instance_ID']}"
+            for r in release_items(rows) if f"{dataset}-{r['original_instance_ID']}" in have}
+
+
+def first_wrong_option(row: Mapping[str, Any], incorrect_answers: Iterable[str]) -> str | None:
+    """The item-table text of a release row's first wrong option that the item lists as
+    incorrect (module docstring, "Wrong attractor"); None when no wrong option is one."""
+    texts = {}
+    for text in incorrect_answers:
+        texts.setdefault(_option_key(text), str(text))
+    key = _label(row["answer"]["label"])
+    for option in row.get("options") or []:
+        if _label(option["label"]) != key and _option_key(option["text"]) in texts:
+            return texts[_option_key(option["text"])]
+    return None
+
+
+def release_attractors(dataset: str, items: pd.DataFrame, rows: list[Mapping[str, Any]]) -> dict[str, str]:
+    """item_id -> wrong attractor of every released item of ``items`` (module docstring);
+    ``ReleaseError`` names the items none of whose wrong options is an incorrect answer."""
+    ids = _table_ids(dataset, items, rows)
+    incorrect = dict(zip(map(str, items["item_id"]), items["incorrect_answers"]))
+    out, problems = {}, []
+    for rel in release_items(rows):
+        iid = ids.get(str(rel["original_instance_ID"]))
+        if iid is None:
+            continue
+        text = first_wrong_option(rel, incorrect[iid])
+        if text is None:
+            problems.append(f"{_describe(rel)} ({iid}): no wrong option is among its incorrect answers")
+        else:
+            out[iid] = text
+    if problems:
+        raise ReleaseError(f"{dataset}: {len(problems)} released items have no wrong option to take as the "
+                           "attractor:\n- " + "\n- ".join(problems[:25]))
+    return out
+
+
 # ------------------------------------------------------------------------- blocks
 
 
@@ -296,16 +363,7 @@ def released_blocks(dataset: str, items: pd.DataFrame, rows: list[Mapping[str, A
     """The released blocks of the sampled ``items`` ({} if the file has no rq1_rq3 condition)."""
     if not any(str(r["condition_id"]) in CONDITIONS for r in rows):
         return {}
-    prefix = f"{dataset}-"
-    if dataset == "truthfulqa":
-        by_q = {_norm(q): str(i) for q, i in zip(items["question"], items["item_id"])}
-        ids = {str(r["original_instance_ID"]): by_q[_norm(r["question"])]
-               for r in release_items(rows) if _norm(r["question"]) in by_q}
-    else:
-        have = set(map(str, items["item_id"]))
-        ids = {str(r["original_instance_ID"]): prefix + str(r["original_instance_ID"])
-               for r in release_items(rows) if prefix + str(r["original_instance_ID"]) in have}
-    blocks = item_blocks(rows, ids)
+    blocks = item_blocks(rows, _table_ids(dataset, items, rows))
     missing = sorted(set(map(str, items["item_id"])) - set(blocks))
     if missing:
         raise ReleaseError(f"{dataset}: {len(missing)} sampled items have no released peer blocks "

@@ -9,9 +9,12 @@
 
 ``conformity.rating``
     A judge reply is usable when it is exactly one ``{"rating": <integer 1-5>}``
-    (seed 002 App. B), parsed by ``llm.judging.parse_integer_reply``; it is asked
-    again with a reminder of the format appended, since a greedy judge would
-    otherwise repeat the same reply.
+    (seed 002 App. B), parsed by ``llm.judging.parse_integer_reply``. It is asked
+    again by the shard's ``reask``: ``warmer``, the paper's setting, is App. A.6's
+    shared retry loop (the generation re-ask above: temperature up by the step,
+    capped, seed + 1, the prompt unchanged); ``reminder`` keeps the sampling and
+    appends a one-line reminder of the format, since a greedy judge would otherwise
+    repeat the same reply (docs/deviations.yaml#judge-retry-loop).
 """
 
 from __future__ import annotations
@@ -85,8 +88,28 @@ def parse_rating(text: str | None) -> tuple[int | None, str | None]:
 
 REMINDER = 'Reply with exactly one JSON object and nothing else: {"rating": <integer 1-5>}.'
 reask_with_reminder = reminder_reask(REMINDER)
+#: ``conformity.judging.reask`` values.
+JUDGE_REASKS = ("warmer", "reminder")
 
 
-def rating_policy() -> ReplyPolicy:
-    """Policy ``conformity.rating``."""
-    return ReplyPolicy("conformity.rating", parse_rating, reask_with_reminder)
+def rating_policy(reask: str = "reminder", retry_temperature_step: float = 0.1,
+                  retry_temperature_cap: float = 1.0) -> ReplyPolicy:
+    """Policy ``conformity.rating``, re-asked by ``reask`` (module docstring).
+
+    A shard records its parameters; one written before judges had a choice records
+    none and is re-asked as it was then, with the reminder.
+    """
+    if reask not in JUDGE_REASKS:
+        raise ValueError(f"conformity.rating: reask must be one of {JUDGE_REASKS}, got {reask!r}")
+    again = (generation_reask(float(retry_temperature_step), float(retry_temperature_cap)) if reask == "warmer"
+             else reask_with_reminder)
+    return ReplyPolicy("conformity.rating", parse_rating, again)
+
+
+def judge_policy_params(judging: Any) -> dict[str, Any]:
+    """The ``conformity.rating`` parameters of a judge shard, from ``conformity.judging``."""
+    return {
+        "reask": str(judging["reask"]),
+        "retry_temperature_step": float(judging["retry_temperature_step"]),
+        "retry_temperature_cap": float(judging["retry_temperature_cap"]),
+    }

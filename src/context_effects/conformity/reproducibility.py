@@ -18,6 +18,12 @@ definitions (docs/deviations.yaml#reproducibility-match-rate):
   interval over trials. With two executions both rates are the same number. The seed's
   54% is compared with the pooled pairwise rate: "runs" that must reproduce one realized
   answer are two at a time (a run and its rerun);
+* **Round-1 text identical, main vs decomposition** — per trial, whether the main corpus's
+  Round-1 text at the decomposition corpus's execution label (42) is the same string as
+  the decomposition corpus's own Round-1 text: the same prompt, the same sampling seed,
+  generated in a separate run. This is the identical-prompt rerun the seed's 54% speaks
+  of (the decomposition corpora exist because such a rerun did not reproduce Round 1),
+  so the 54% is compared with it; 95% Wilson interval with the trial as unit;
 * **blind rating identical, pairwise** — per judge, a unit is one answer slot (dataset,
   item, generator, condition, authority) with a valid blind rating in at least two
   executions; the share of its execution pairs with the same rating, averaged over units
@@ -45,6 +51,7 @@ ALL = "All"
 COLUMNS = ["Quantity", "Dataset", "Model", "Executions", "Units", "Value", "CI low", "CI high"]
 MATCH_ALL = "Round-1 text identical, all executions"
 MATCH_PAIRWISE = "Round-1 text identical, pairwise"
+MATCH_DECOMPOSITION = "Round-1 text identical, main vs decomposition"
 RATING_IDENTICAL = "Blind rating identical, pairwise"
 RATING_ALPHA = "Blind rating alpha (ordinal), executions as coders"
 #: What identifies "the same" answer slot across executions.
@@ -122,6 +129,43 @@ def round1_match(answers_by_dataset: Mapping[str, pd.DataFrame], seeds: Sequence
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def _round1(answers: pd.DataFrame, corpus: str, seed: int) -> pd.Series:
+    """Round-1 texts of one corpus at one execution label, by (generator, item_id)."""
+    a = answers.loc[(answers["corpus"] == corpus) & (answers["condition"] == "round1")]
+    a = a.loc[(pd.to_numeric(a["seed"], errors="coerce") == seed) & a["text"].notna()
+              & (a["text"].astype(str).str.len() > 0)]
+    return a.drop_duplicates(["generator", "item_id"]).set_index(["generator", "item_id"])["text"]
+
+
+def _rerun_rows(pairs: pd.DataFrame, dataset: str, model: str) -> dict:
+    same = int((pairs["main"] == pairs["decomposition"]).sum())
+    lo, hi = wilson(same, len(pairs))
+    return {"Quantity": MATCH_DECOMPOSITION, "Dataset": dataset, "Model": model, "Executions": 2,
+            "Units": len(pairs), "Value": same / len(pairs) if len(pairs) else math.nan, "CI low": lo, "CI high": hi}
+
+
+def decomposition_match(answers_by_dataset: Mapping[str, pd.DataFrame], seed: int,
+                        names: Mapping[str, str] | None = None,
+                        labels: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """The main corpus's Round-1 texts at execution ``seed`` against the decomposition
+    corpus's (module docstring), per dataset × generator, per dataset and pooled; trials
+    with a Round-1 answer in both corpora only."""
+    names, labels = dict(names or {}), dict(labels or {})
+    rows, pooled = [], []
+    for ds, answers in answers_by_dataset.items():
+        pairs = pd.concat({"main": _round1(answers, "main", seed),
+                           "decomposition": _round1(answers, "decomposition", seed)}, axis=1).dropna()
+        pooled.append(pairs)
+        label = labels.get(ds, ds)
+        for g in sorted(set(pairs.index.get_level_values(0))):
+            rows.append(_rerun_rows(pairs.xs(g, level=0, drop_level=False), label, names.get(g, g)))
+        rows.append(_rerun_rows(pairs, label, ALL))
+    if pooled:
+        rows.append(_rerun_rows(pd.concat(pooled), ALL, ALL))
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    return out.loc[out["Units"] > 0].reset_index(drop=True)
+
+
 def _slots(ratings: pd.DataFrame, seeds: Sequence[int]) -> pd.DataFrame:
     """Blind main-corpus ratings as (judge, slot) × execution (NaN: no valid rating)."""
     r = ratings.loc[(ratings["corpus"] == "main") & (ratings["pass"] == "blind") & (ratings["status"] == "ok")]
@@ -169,13 +213,21 @@ def rating_agreement(ratings_by_dataset: Mapping[str, pd.DataFrame], seeds: Sequ
 def reproducibility_table(answers_by_dataset: Mapping[str, pd.DataFrame],
                           ratings_by_dataset: Mapping[str, pd.DataFrame], seeds: Sequence[int],
                           names: Mapping[str, str] | None = None,
-                          labels: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """The registry table: Round-1 match rates, then the judges' cross-execution agreement;
-    with fewer than two executions a single row saying so."""
+                          labels: Mapping[str, str] | None = None,
+                          decomposition_seed: int | None = None) -> pd.DataFrame:
+    """The registry table: Round-1 match rates across executions, the main corpus against
+    the decomposition corpus at ``decomposition_seed`` (None: no decomposition corpus, no
+    rows), then the judges' cross-execution agreement; with fewer than two executions a
+    row saying so takes the place of the cross-execution rows."""
     seeds = [int(s) for s in seeds]
+    rerun = ([decomposition_match(answers_by_dataset, int(decomposition_seed), names, labels)]
+             if decomposition_seed is not None and int(decomposition_seed) in seeds else [])
     if len(seeds) < 2:
         row = {c: "" for c in COLUMNS}
         row["Quantity"] = f"not estimated: one execution configured (conformity.seeds = {seeds})"
-        return pd.DataFrame([row], columns=COLUMNS)
-    return pd.concat([round1_match(answers_by_dataset, seeds, names, labels),
-                      rating_agreement(ratings_by_dataset, seeds, names, labels)], ignore_index=True)
+        parts = [pd.DataFrame([row], columns=COLUMNS), *rerun]
+    else:
+        parts = [round1_match(answers_by_dataset, seeds, names, labels), *rerun,
+                 rating_agreement(ratings_by_dataset, seeds, names, labels)]
+    parts = [p for p in parts if len(p)]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)

@@ -1,11 +1,12 @@
 """What a model accepts, and requests that send only that.
 
-Reasoning-model families reject settings other models take: OpenAI's GPT-5 and o-series
-answer HTTP 400 to ``temperature``/``top_p`` other than the default and to ``logprobs``,
-and spend the output budget on reasoning tokens, so a 16-token judge budget returns an
-empty reply; Gemini's thinking models behave alike through the OpenAI-compatible
-endpoint; Anthropic's Messages API (SDK 2.x) takes no ``temperature``, ``top_p`` or
-``seed`` and returns no logprobs. Each model therefore has a
+Hosted models differ in what their API takes, model by model and version by version:
+GPT-5, GPT-5-mini and GPT-5-nano always reason, answer HTTP 400 to a ``temperature``
+other than 1 and to ``logprobs``, and spend the output budget on reasoning tokens, so a
+16-token judge budget comes back empty; GPT-5.1 and later default to no reasoning and
+then take temperature and logprobs; the Anthropic Messages API (SDK 2.x) takes no
+``temperature``, ``top_p`` or ``seed`` and returns no logprobs, and some Claude models
+think unless told not to; Gemini's models think by default. Each model therefore has a
 *capability profile*:
 
 =====================  ==========================================================
@@ -14,20 +15,24 @@ endpoint; Anthropic's Messages API (SDK 2.x) takes no ``temperature``, ``top_p``
 ``seed``               the API accepts a sampling ``seed``
 ``logprobs``           first-token log-probabilities can be returned
 ``reasoning_effort``   sent as ``reasoning_effort`` (OpenAI-style APIs); null = not sent
+``thinking``           sent as Anthropic's ``thinking`` type (disabled, adaptive); null = not sent
 ``min_output_tokens``  the smallest output budget that still leaves room for an
                        answer after the model's reasoning tokens
 =====================  ==========================================================
 
-The profile is the default of the model's provider family (``FAMILIES``, chosen by
-backend and model id, ``family_of``) with the keys the config sets under
-``models.<name>.capabilities`` laid over it; ``capabilities.family`` names a family
-explicitly. ``conform_sampling`` is applied where a study builds its requests, so the
-request — and with it the response store's key — holds exactly what is sent: a setting
-the model does not take is ``None`` (not sent, the provider's default applies), the
-output budget is raised to ``min_output_tokens``, and ``reasoning_effort`` is filled
-in. A request for logprobs from a model without them is an error, never a silent
-drop: a study that wants first-token probabilities asks ``profile(...)["logprobs"]``
-first and falls back to sampled answers, recording which it used.
+The profiles are data: ``capabilities.yaml`` beside this module holds one entry per
+model id or snapshot pattern (``FAMILIES``), each with the provider documentation it
+was taken from and the date it was read (``source``). A model's profile is the first
+entry of its backend whose pattern matches its model id (``family_of``), with the keys
+the config sets under ``models.<name>.capabilities`` laid over it;
+``capabilities.family`` names an entry explicitly. ``conform_sampling`` is applied where
+a study builds its requests, so the request, and with it the response store's key,
+holds exactly what is sent: a setting the model does not take is ``None`` (not sent,
+the provider's default applies), the output budget is raised to ``min_output_tokens``,
+and ``reasoning_effort`` and ``thinking`` are filled in. A request for logprobs from a
+model without them is an error, never a silent drop: a study that wants first-token
+probabilities asks ``profile(...)["logprobs"]`` first and falls back to sampled answers,
+recording which it used.
 """
 
 from __future__ import annotations
@@ -35,40 +40,70 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from context_effects.llm.types import LLMRequest, Sampling
 
 #: Every key of a profile.
-KEYS = ("temperature", "top_p", "seed", "logprobs", "reasoning_effort", "min_output_tokens")
+KEYS = ("temperature", "top_p", "seed", "logprobs", "reasoning_effort", "thinking", "min_output_tokens")
+#: Values ``thinking`` may take (Anthropic's ``thinking.type``); null = not sent.
+THINKING = ("disabled", "adaptive")
+#: The data file of profiles.
+DATA = Path(__file__).with_name("capabilities.yaml")
+_SOURCE_KEYS = ("docs", "checked", "says", "unverified")
 
-_OPEN = {"temperature": True, "top_p": True, "seed": True, "logprobs": True, "reasoning_effort": None,
-         "min_output_tokens": 1}
 
-#: Provider families: name -> (backend, model-id pattern, profile). The first match wins;
-#: the figures are the providers' documented behaviour at the time of writing and can be
-#: overridden per model in the config.
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One entry of ``capabilities.yaml``."""
+
+    name: str
+    backend: str
+    match: str
+    profile: Mapping[str, Any]
+    source: Mapping[str, Any]
+
+
+def load_entries(path: str | Path = DATA) -> dict[str, Entry]:
+    """The entries of a profile file, in order; a malformed entry is an error naming it."""
+    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    entries: dict[str, Entry] = {}
+    for i, e in enumerate(raw.get("profiles") or []):
+        name = e.get("name") or f"#{i}"
+        problems = []
+        if name in entries:
+            problems.append("name used twice")
+        if set(e) != {"name", "backend", "match", "profile", "source"}:
+            problems.append(f"keys {sorted(e)}, expected name, backend, match, profile, source")
+        profile, source = e.get("profile") or {}, e.get("source") or {}
+        if set(profile) != set(KEYS):
+            problems.append(f"profile keys {sorted(profile)}, expected {sorted(KEYS)}")
+        if profile.get("thinking") not in (None, *THINKING):
+            problems.append(f"thinking {profile.get('thinking')!r}, expected null or one of {THINKING}")
+        if set(source) != set(_SOURCE_KEYS) or not source.get("docs") or not source.get("checked"):
+            problems.append(f"source needs {', '.join(_SOURCE_KEYS)} (docs and checked non-empty)")
+        try:
+            re.compile(str(e.get("match", "")))
+        except re.error as err:
+            problems.append(f"match is not a regular expression ({err})")
+        if problems:
+            raise ValueError(f"{path}: capability entry {name!r}: " + "; ".join(problems))
+        entries[name] = Entry(name, str(e["backend"]), str(e["match"]), dict(profile), dict(source))
+    return entries
+
+
+#: The entries of ``capabilities.yaml`` by name, in the file's order.
+ENTRIES: dict[str, Entry] = load_entries()
+#: Entry name -> (backend, model-id pattern, profile), in the data file's order; the
+#: first match wins.
 FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
-    # GPT-5 family and o-series: only the default temperature/top_p, no logprobs,
-    # reasoning tokens count against max_completion_tokens.
-    "openai-reasoning": ("openai", r"^(gpt-5|o[1-9])", {
-        "temperature": False, "top_p": False, "seed": True, "logprobs": False,
-        "reasoning_effort": "low", "min_output_tokens": 2048}),
-    "openai-chat": ("openai", r"", dict(_OPEN)),
-    # The 2.x Messages API has no temperature, top_p or seed parameter and no logprobs.
-    "anthropic": ("anthropic", r"", {
-        "temperature": False, "top_p": False, "seed": False, "logprobs": False,
-        "reasoning_effort": None, "min_output_tokens": 1}),
-    # Gemini through its OpenAI-compatible endpoint: thinking models think by default
-    # (Pro cannot switch it off), no logprobs there, no seed.
-    "gemini-openai": ("openai_compatible", r"^(models/)?gemini", {
-        "temperature": True, "top_p": True, "seed": False, "logprobs": False,
-        "reasoning_effort": "low", "min_output_tokens": 2048}),
-    "openai-compatible": ("openai_compatible", r"", dict(_OPEN)),
-    "vllm": ("vllm", r"", dict(_OPEN)),
-    "synthetic": ("synthetic", r"", dict(_OPEN)),
-    "replay": ("replay", r"", dict(_OPEN)),
+    name: (e.backend, e.match, dict(e.profile)) for name, e in ENTRIES.items()
 }
+#: Backends whose models are called over a provider's API (their profiles cite documents).
+HOSTED = frozenset({"openai", "anthropic", "openai_compatible"})
 
 
 def family_of(model_cfg: Mapping[str, Any]) -> str:
@@ -113,13 +148,24 @@ def conform_sampling(sampling: Sampling, model_cfg: Mapping[str, Any], model_nam
             changes[key] = None
     if p["reasoning_effort"] is not None:
         changes["reasoning_effort"] = p["reasoning_effort"]
+    if p["thinking"] is not None:
+        changes["thinking"] = p["thinking"]
     if sampling.max_tokens < int(p["min_output_tokens"]):
         changes["max_tokens"] = int(p["min_output_tokens"])
     return dataclasses.replace(sampling, **changes) if changes else sampling
 
 
+def source(model_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Where the model's profile comes from: its entry's ``source`` (documents, date read,
+    what they say, what they leave open), and the config keys laid over it."""
+    entry = ENTRIES[family_of(model_cfg)]
+    overrides = sorted(k for k in (model_cfg.get("capabilities") or {}) if k != "family")
+    return {**entry.source, "entry": entry.name, "config_overrides": overrides}
+
+
 def describe(model_cfg: Mapping[str, Any]) -> str:
-    """One line for logs and the dry run: family and what is not sent or added."""
+    """One line for logs and the dry run: the profile's entry, what is not sent or added,
+    and for a hosted model the documents it was taken from and their date."""
     p = profile(model_cfg)
     not_sent = [k for k in ("temperature", "top_p", "seed") if not p[k]]
     parts = [p["family"], "logprobs" if p["logprobs"] else "no logprobs"]
@@ -127,8 +173,18 @@ def describe(model_cfg: Mapping[str, Any]) -> str:
         parts.append("not sent: " + ", ".join(not_sent))
     if p["reasoning_effort"] is not None:
         parts.append(f"reasoning_effort={p['reasoning_effort']}")
+    if p["thinking"] is not None:
+        parts.append(f"thinking={p['thinking']}")
     if int(p["min_output_tokens"]) > 1:
         parts.append(f"min output {int(p['min_output_tokens'])} tokens")
+    if model_cfg.get("backend") in HOSTED:
+        src = source(model_cfg)
+        text = f"source: {src['docs'][0]} (read {src['checked']})"
+        if src["unverified"]:
+            text += ", partly unverified"
+        if src["config_overrides"]:
+            text += f"; config sets {', '.join(src['config_overrides'])}"
+        parts.append(text)
     return "; ".join(parts)
 
 

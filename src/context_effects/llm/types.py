@@ -50,6 +50,8 @@ class Sampling:
     probe_tokens: tuple[str, ...] = ()
     # Reasoning models: the effort sent as ``reasoning_effort``; None = not sent.
     reasoning_effort: str | None = None
+    # Anthropic's ``thinking`` type (disabled, adaptive); None = not sent.
+    thinking: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +89,10 @@ class LLMRequest:
         if self.namespace is not None:
             body["namespace"] = self.namespace
         body["sampling"]["probe_tokens"] = list(self.sampling.probe_tokens)
-        if self.sampling.reasoning_effort is None:
-            # Added after keys were first recorded: absent when unused keeps every key.
-            del body["sampling"]["reasoning_effort"]
+        for late in ("reasoning_effort", "thinking"):
+            if getattr(self.sampling, late) is None:
+                # Added after keys were first recorded: absent when unused keeps every key.
+                del body["sampling"][late]
         return body
 
     @property

@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from context_effects.conformity.conditions import PEER_CONDITIONS
+from context_effects.conformity.conditions import DATASET_LABELS, PEER_CONDITIONS
 from context_effects.measurement.pipeline import (
     DECOMPOSITION_TABLES,
     GENERATOR_MEAN_VARIANTS,
@@ -42,7 +42,6 @@ from context_effects.measurement.pipeline import (
 from context_effects.outputs import Built
 from context_effects.tables import run_notes
 
-DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
 CONDITION_LABELS = {"peer_correct": "All-Correct", "peer_wrong": "All-Wrong", "peer_mixed": "Mixed"}
 #: Table 3's column order (the paper's).
 TABLE3_CONDITIONS = ("peer_correct", "peer_wrong", "peer_mixed")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from context_effects.conformity.conditions import ANCHOR_CONDITIONS
+from context_effects.conformity.conditions import ANCHOR_CONDITIONS, DATASET_LABELS  # noqa: F401 (re-exported)
 
 PASS_THROUGH = (
     "answer_id", "dataset", "corpus", "seed", "generator", "item_id", "condition", "authority", "is_anchor",
@@ -23,7 +23,6 @@ TABLE_CONDITIONS = {
     "peer_mixed": "Mixed",
     "peer_wrong": "All-Wrong",
 }
-DATASET_LABELS = {"truthfulqa": "TruthfulQA", "mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-Challenge"}
 #: The block an answer shown no block is compared with (``scoring_frame``).
 EMPTY_BLOCK = ""
 

@@ -13,7 +13,11 @@ wall time × the GPUs it held, taken from config (``gpus_per_job``), never guess
 
 Table 8 (packages, checkpoints, settings): versions as the jobs that used them
 recorded them (metric jobs: ``importlib.metadata`` inside the job; generation and
-judging: the engine/SDK version every response ledger keeps), settings from config.
+judging: the engine/SDK version every response ledger keeps). The generation and
+judging settings are those each model's requests carried as sent, read from the
+request shards (``sent_settings``, table8_requests), never the config's values: a
+hosted model is sent only what its capability profile allows, so the two can differ.
+The other rows' settings are the config's.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from context_effects.metrics.classifiers import NOT_COMPUTED
 
@@ -144,8 +151,98 @@ def _version(versions: Mapping[str, str | None], name: str) -> str:
     return versions.get(name) or "not installed in the job that ran it"
 
 
+#: The sampling object of a request as a shard stores it (``llm.store.rows.request_json``:
+#: sorted keys, so ``sampling`` and ``v`` close the request, and the request the JSON).
+_SAMPLING = r'"sampling": (?P<sampling>\{[^{}]*\}), "v": \d+\}\}$'
+_MODEL_ID = r'"model_id": "(?P<model_id>[^"]*)", "provider"'
+#: Settings of ``table8_requests``, in its column order.
+SENT_KEYS = ("temperature", "top_p", "max_tokens", "seed", "reasoning_effort", "thinking", "logprobs")
+NOT_SENT = "not sent"
+
+
+def _stage_of(path: Path) -> str:
+    # results/requests/conformity/<stage>/<model>/<shard>.parquet
+    return "judging" if path.parent.parent.name == "judge" else "generation"
+
+
+def _reask(policy: Mapping[str, Any]) -> str:
+    params = policy.get("policy_params") or {}
+    if policy.get("reply_policy") == "conformity.rating" and params.get("reask", "reminder") == "reminder":
+        return "format reminder appended, sampling unchanged"
+    if "retry_temperature_step" in params:
+        return (f"temperature +{params['retry_temperature_step']:g} (cap {params['retry_temperature_cap']:g}), "
+                "seed +1")
+    return "same request"
+
+
+def _one(values: set[Any]) -> Any:
+    """A setting as the table prints it: the one value all requests carried (None = not
+    sent), or every distinct value."""
+    shown = [NOT_SENT if v is None else v for v in values]
+    if len(shown) == 1:
+        return shown[0]
+    return ", ".join(str(v) for v in sorted(shown, key=lambda v: (isinstance(v, str), v)))
+
+
+def sent_settings(request_paths: Iterable[str | Path], models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per stage (generation, judging) and model: the settings its requests carried
+    as sent, read from every request shard (first asks; how a re-ask changes them is the
+    shard's retry loop, ``Re-ask``). A setting with several values lists them all."""
+    from context_effects.llm.shards import META_KEY
+
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in dict.fromkeys(Path(p) for p in request_paths):
+        col = pq.read_table(path, columns=["request_json"]).column("request_json").combine_chunks()
+        if len(col) == 0:
+            continue
+        found = pa.table({
+            "sampling": pc.extract_regex(col, _SAMPLING).field("sampling"),
+            "model_id": pc.extract_regex(col, _MODEL_ID).field("model_id"),
+            "free": pc.match_substring(col, '"output_schema": null'),
+        }).group_by(["sampling", "model_id", "free"]).aggregate([("free", "count")]).to_pylist()
+        policy = json.loads((pq.read_schema(path).metadata or {}).get(META_KEY, b"{}"))
+        g = groups.setdefault((_stage_of(path), path.parent.name), {
+            "requests": 0, "checkpoint": set(), "decoding": set(), "asks": set(), "reask": set(),
+            **{k: set() for k in SENT_KEYS}})
+        for row in found:
+            if row["sampling"] is None or row["model_id"] is None:
+                raise ValueError(f"{path}: {row['free_count']} request(s) not in the request shard format")
+            sampling = json.loads(row["sampling"])
+            g["requests"] += row["free_count"]
+            g["checkpoint"].add(row["model_id"])
+            g["decoding"].add("free" if row["free"] else "constrained")
+            for key in SENT_KEYS:
+                g[key].add(sampling.get(key))
+        g["asks"].add(int(policy.get("max_attempts", 1)))
+        g["reask"].add(_reask(policy))
+    rows = []
+    for (stage, model), g in sorted(groups.items(), key=lambda kv: (kv[0][0] != "generation", kv[0][1])):
+        m = models.get(model, {})
+        rows.append({
+            "Stage": stage, "Model": model, "Display name": m.get("display_name") or model,
+            "Backend": m.get("backend", "--"), "Checkpoint": _one(g["checkpoint"]), "Requests": g["requests"],
+            **{k: _one(g[k]) for k in SENT_KEYS},
+            "Decoding": _one(g["decoding"]), "Asks": _one(g["asks"]), "Re-ask": _one(g["reask"]),
+        })
+    return pd.DataFrame(rows, columns=["Stage", "Model", "Display name", "Backend", "Checkpoint", "Requests",
+                                       *SENT_KEYS, "Decoding", "Asks", "Re-ask"])
+
+
+def _as_sent(row: Mapping[str, Any]) -> str:
+    shown = ", ".join(f"{k}={row[k]}" for k in ("temperature", "top_p", "max_tokens", "seed", "reasoning_effort",
+                                                 "thinking") if row[k] != NOT_SENT)
+    not_sent = [k for k in ("temperature", "top_p", "seed") if row[k] == NOT_SENT]
+    parts = [shown]
+    if not_sent:
+        parts.append(f"{', '.join(not_sent)} not sent")
+    parts.append(f"{row['Decoding']} decoding")
+    parts.append(f"up to {row['Asks']} asks (re-ask: {row['Re-ask']})")
+    return "; ".join(parts) + f"; {int(row['Requests']):,} requests"
+
+
 def packages_table(config: Mapping[str, Any], metric_infos: list[Mapping[str, Any]],
-                   engines: Mapping[str, list[str]], local_versions: Mapping[str, str | None]) -> pd.DataFrame:
+                   engines: Mapping[str, list[str]], local_versions: Mapping[str, str | None],
+                   sent: pd.DataFrame | None = None) -> pd.DataFrame:
     c = config["conformity"]
     v = c["validation"]
     pk: dict[str, str | None] = {}
@@ -153,18 +250,18 @@ def packages_table(config: Mapping[str, Any], metric_infos: list[Mapping[str, An
     for info in metric_infos:
         pk.update({k: val for k, val in info.get("packages", {}).items() if val})
         wordnet = wordnet or info.get("wordnet_version")
-    used = list(dict.fromkeys(c["generators"] + c["judges"] + c["hosted_judges"]))
-    checkpoints = ", ".join(config["models"][m]["model_id"] for m in used)
-    engine = "; ".join(f"{b}: {', '.join(vs)}" for b, vs in engines.items()) or "no responses recorded yet"
-    gen, jud, fit = c["generation"], c["judging"], c["fit"]
+    fit = c["fit"]
 
     def model_or_not(name):
         return name or NOT_COMPUTED
 
-    rows = [
-        ("Generation and judging", engine, checkpoints,
-         f"generation: {_fmt(gen, ('temperature', 'top_p', 'max_tokens', 'max_attempts'))}; "
-         f"judging: {_fmt(jud, ('temperature', 'top_p', 'max_tokens', 'max_attempts', 'decoding'))}"),
+    def engine(backend: str) -> str:
+        return f"{backend}: {', '.join(engines[backend])}" if backend in engines else f"{backend} (no ledger yet)"
+
+    # What each model's requests carried, never the config's values (module docstring).
+    rows = [(f"{r['Stage'].capitalize()}: {r['Display name']}", engine(str(r["Backend"])), str(r["Checkpoint"]),
+             _as_sent(r)) for r in (sent.to_dict("records") if sent is not None else [])]
+    rows += [
         ("NLI and false endorsement", f"transformers {_version(pk, 'transformers')}", model_or_not(v["nli_model"]),
          f"softmax entailment, max_length={v['nli_max_length_alignment']} (gold), "
          f"{v['nli_max_length_endorsement']} (false endorsement), batch {v['nli_batch_size']}"),

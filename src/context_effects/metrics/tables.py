@@ -140,7 +140,19 @@ def table7(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
 
 def table8(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
     ledgers = sorted(Path(s["ledger_root"]).rglob("*.json"))
+    [sent_csv] = inputs["sent"]
+    sent = pd.read_csv(sent_csv, dtype=str, keep_default_na=False)
     df = budget.packages_table(s["packages_config"], read_infos(inputs["infos"]), budget.engine_versions(ledgers),
-                               package_versions(("numpyro", "jax")))
+                               package_versions(("numpyro", "jax")), sent=sent)
     return Built(df, ["Versions as recorded by the jobs that used them (engine versions from the response "
-                      "ledgers); settings from the run's configuration.", *run_notes(s["run_kind"])])
+                      "ledgers). Generation and judging settings are those each model's requests carried as sent, "
+                      "read from the request shards (table8_requests): a hosted model is sent only what its API "
+                      "takes (docs/llm-layer.md, \"Capability profiles\"); the other settings are the run's "
+                      "configuration.", *run_notes(s["run_kind"])])
+
+
+def table8_requests(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
+    df = budget.sent_settings(inputs["requests"], s["models"])
+    return Built(df, ["The settings each model's first asks carried, read from every request shard of the "
+                      f"run ({budget.NOT_SENT!r}: the model's API does not take it, so the provider's default "
+                      "applied); Asks and Re-ask are each shard's retry loop.", *run_notes(s["run_kind"])])

@@ -5,10 +5,13 @@ of the responses sees which settings a hosted model actually ran with:
 
 - no logprobs, so ``first_token_logprobs``/``probe_probs`` stay empty;
 - recent models take no ``temperature``/``top_p`` (the 2.x SDK dropped them) and
-  the API has no ``seed``: the ``anthropic`` capability profile rules them out, so a
+  the API has no ``seed``: the Claude capability profiles rule them out, so a
   conformed request holds None for them (the store key says what was sent), and a
   request that still carries one gets a note saying it was not sent; an Anthropic
   judge can therefore not be made greedy — variance comes from repeated samples;
+- whether a model thinks when ``thinking`` is omitted depends on the model, so the
+  profiles send ``thinking: {type: disabled}`` (the request's ``sampling.thinking``),
+  and a short answer is never spent on thinking;
 - no base-model completion endpoint, so ``mode == "completion"`` fails the request.
 
 System turns go to the ``system`` parameter; a JSON schema goes to
@@ -95,6 +98,8 @@ class AnthropicBackend(HostedAPIBackend):
         }
         if system:
             params["system"] = system
+        if s.thinking is not None:
+            params["thinking"] = {"type": s.thinking}
         # A conformed request (llm/capabilities.py) holds None for what the profile rules
         # out; a request built without a profile may still carry settings, and each one
         # is listed as asked for but not sent.

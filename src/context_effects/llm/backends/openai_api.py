@@ -156,6 +156,8 @@ class OpenAIBackend(HostedAPIBackend):
         _add_sampling(body, s)
         if s.reasoning_effort is not None:
             body["reasoning_effort"] = s.reasoning_effort
+        if s.thinking is not None:
+            notes.append(f"thinking={s.thinking} not sent: an Anthropic setting")
         k = s.logprobs
         if k is None and s.probe_tokens:
             # Probe probabilities can only be read off the top alternatives, so ask for as many as allowed.

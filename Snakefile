@@ -73,4 +73,6 @@ rule all:
 
 # `resources:` may name only rules of this workflow (a typo would be ignored); the
 # rule names are known only now, after every rule file is included.
-check_resource_names(config, [r.name for r in workflow.rules] + list(conformity_dag.RESOURCE_KEYS))
+check_resource_names(
+    config, [r.name for r in workflow.rules] + list(conformity_dag.RESOURCE_KEYS)
+)

@@ -176,3 +176,31 @@ def test_published_model_rows_ask_only_for_methods_the_model_can_have():
             if r["id"].startswith("figure8.nano"):
                 assert sel["method"] == "single_call" and not logprobs_available(cfg, sel["group"])
     assert seen >= 10
+
+
+def test_a_stand_in_is_named_beside_the_seed_model_in_figure_14_and_the_report():
+    """A retired seed model runs a stand-in (docs/deviations.yaml, hosted-stand-ins): the
+    scaling figure and the reproduction report name both, never only one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from context_effects.amel.plots import scaling_figure
+    from context_effects.paper.reproduction import name_stand_ins
+
+    models = {"claude-haiku": ("claude", -0.22, False), "claude-opus": ("claude", -0.17, False)}
+    bs = _toy_bs(models)
+    bs["stands_in_for"] = bs["model"].map({"claude-opus": "Claude Opus (seed 000; retired)", "claude-haiku": None})
+    fig = scaling_figure(scaling_table(bs), bs)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert "claude: claude-opus\nfor Claude Opus" in labels and "claude: claude-haiku" in labels
+    report = pd.DataFrame({
+        "source": ["amel/effects [method=single_call; scope=model; group=claude-opus] d",
+                   "amel/effects [method=single_call; scope=model; group=claude-haiku] d",
+                   "amel/effects [method=single_call; scope=overall; group=all] d"],
+        "reason": ["meets rule", "meets rule", ""],
+    })
+    cfg = {"claude-opus": {"model_id": "claude-opus-4-7", "stands_in_for": "Claude Opus (seed 000; retired)"},
+           "claude-haiku": {"model_id": "claude-haiku-4-5", "stands_in_for": None}}
+    got = name_stand_ins(report, cfg)["reason"].tolist()
+    assert got == ["ran claude-opus-4-7, standing in for Claude Opus (seed 000; retired); meets rule",
+                   "meets rule", ""]

@@ -292,7 +292,14 @@ def scaling_figure(table: pd.DataFrame, bs: pd.DataFrame, note: str = ""):
     """|d| of each roster model in its provider's size order (seed Figure 14)."""
     rows = table[table["scope"] == "model"].copy()
     rows = rows.sort_values(["provider", "size_rank"], kind="stable")
-    rows["group"] = rows["provider"].astype(str) + ": " + rows["group"].astype(str)
+    # A stand-in for a retired seed model is labelled with both (the seed's model first
+    # words of `stands_in_for`, before its parenthesised details).
+    seeds = (bs.drop_duplicates("model").set_index("model")["stands_in_for"]
+             if "stands_in_for" in bs else pd.Series(dtype=object))
+    rows["group"] = [
+        f"{prov}: {model}" + (f"\nfor {str(seeds[model]).split(' (')[0]}" if pd.notna(seeds.get(model)) else "")
+        for prov, model in zip(rows["provider"].astype(str), rows["group"].astype(str))
+    ]
     fig, ax = style.figure(style.width_for(max(len(rows), 1), per_group=0.5), style.PANEL_HEIGHT + 0.4)
     _bars(ax, rows, "|Cohen's d| within each provider\n(smallest to largest)", value="abs_d")
     ax.set_ylabel("|Cohen's d|")

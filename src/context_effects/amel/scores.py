@@ -296,6 +296,8 @@ def bias_scores(
             return cfg["display_name"] or name
         if field == "extra_model":
             return bool(cfg.get("extra_model", False))
+        if field == "stands_in_for":
+            return cfg.get("stands_in_for")
         if field == "list_rank":
             return int(cfg.get("list_rank", list(models_cfg).index(name)))
         return cfg[field]
@@ -307,4 +309,5 @@ def bias_scores(
     treat["backend"] = treat["model"].map({m: info(m, "backend") for m in names})
     treat["extra_model"] = treat["model"].map({m: info(m, "extra_model") for m in names}).astype(bool)
     treat["list_rank"] = treat["model"].map({m: info(m, "list_rank") for m in names}).astype(int)
+    treat["stands_in_for"] = treat["model"].map({m: info(m, "stands_in_for") for m in names})
     return treat.sort_values(["model", "method", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -267,10 +268,30 @@ def to_latex(report: pd.DataFrame, run_kind: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+_GROUP = re.compile(r"\bgroup=([^;\]]+)")
+
+
+def name_stand_ins(report: pd.DataFrame, models: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Say, on each row of a per-model number, which model ran and which seed model it stands
+    in for (``models.<name>.stands_in_for``): a retired model's number is compared with its
+    stand-in's, and the report must not read as if the seed's own model had run."""
+    report = report.copy()
+    notes = []
+    for source, reason in zip(report.get("source", pd.Series([""] * len(report))), report["reason"]):
+        m = _GROUP.search(str(source or ""))
+        model = models.get(m.group(1).strip()) if m else None
+        seed = (model or {}).get("stands_in_for")
+        stand_in = f"ran {model['model_id']}, standing in for {seed}" if seed else ""
+        notes.append("; ".join(x for x in (stand_in, str(reason or "")) if x))
+    report["reason"] = notes
+    return report
+
+
 def write_report(published_files: Iterable[str | Path], manifest: str | Path, results: str | Path,
                  csv_path: str | Path, md_path: str | Path, tex_path: str | Path) -> pd.DataFrame:
-    run_kind = json.loads(Path(manifest).read_text())["config"]["run"]["kind"]
-    report = compare(read_published(published_files), results, run_kind)
+    config = json.loads(Path(manifest).read_text())["config"]
+    run_kind = config["run"]["kind"]
+    report = name_stand_ins(compare(read_published(published_files), results, run_kind), config.get("models", {}))
     for p in (csv_path, md_path, tex_path):
         Path(p).parent.mkdir(parents=True, exist_ok=True)
     report.to_csv(csv_path, index=False)

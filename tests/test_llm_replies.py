@@ -43,7 +43,8 @@ def test_wrong_parameters_name_what_the_policy_takes():
         resolve_policy("conformity.generation", {"step": 0.1})
     with pytest.raises(ValueError, match=r"'conformity\.generation' takes"):
         resolve_policy("conformity.generation")  # both parameters are required
-    with pytest.raises(ValueError, match=r"'conformity\.rating' takes no parameters"):
+    with pytest.raises(ValueError, match=r"'conformity\.rating' takes reask, retry_temperature_step, "
+                                         r"retry_temperature_cap; got \['reminder'\]"):
         resolve_policy("conformity.rating", {"reminder": "x"})
 
 

@@ -289,8 +289,15 @@ def test_slurm_profile_gpu_tags_on_local_model_rules(workdir):
         )
         write_request_shard(workdir / "results" / "requests" / "smoke" / "gen" / model / "0000.parquet", [req])
         targets.append(f"results/responses/smoke/gen/{model}/0000.parquet")
+    # The paper config, with the served-model preflight off: no provider is reachable here
+    # (the preflight has its own tests, tests/test_llm_preflight.py).
+    import yaml
+
+    paper = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    paper["run"]["preflight"] = False
+    (workdir / "paper.yaml").write_text(yaml.safe_dump(paper))
     calls = _submit(
-        workdir, REPO / "config" / "config.yaml", n_expected=3, extra=tuple(targets),
+        workdir, workdir / "paper.yaml", n_expected=3, extra=tuple(targets),
         # Every hosted model of the paper config needs its key before any job starts.
         env_extra={"OPENAI_API_KEY": "sk-test-not-a-real-key", "ANTHROPIC_API_KEY": "sk-ant-test-not-a-real-key",
                    "GEMINI_API_KEY": "gm-test-not-a-real-key"},

@@ -113,8 +113,10 @@ def test_demo_data_rules_run(workdir):
 def test_resource_names_are_checked_after_every_rule_file():
     """The rule names are known only after every include, so the check is the Snakefile's last statement."""
     snakefile = (REPO / "Snakefile").read_text()
-    statements = [line for line in snakefile.splitlines() if line and not line.startswith((" ", "#"))]
-    assert statements[-1] == "check_resource_names(config, [r.name for r in workflow.rules])"
+    statements = [line for line in snakefile.splitlines() if line and not line.startswith((" ", "#", ")"))]
+    assert statements[-1] == "check_resource_names("
+    last = snakefile[snakefile.rindex("check_resource_names("):]
+    assert "[r.name for r in workflow.rules]" in last and "conformity_dag.RESOURCE_KEYS" in last
     assert snakefile.rindex("include:") < snakefile.rindex("check_resource_names(")
 
 

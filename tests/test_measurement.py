@@ -205,6 +205,16 @@ def test_nuts_recovers_planted_values(recovery_fit):
     assert np.corrcoef(exp["theta_mean"], exp["answer_id"].map(truth.theta))[0, 1] > 0.8
 
 
+def test_fit_sets_up_in_a_few_compiled_programs(recovery_fit):
+    """Set-up (everything before the first warm-up step) is timed, and the default start
+    compiles a handful of programs: run eagerly, numpyro's chain init compiled ~370."""
+    fit, _, _ = recovery_fit
+    t = fit.timings
+    assert 0 < t["setup_s"] <= t["start_s"] + t["warmup_s"] and 0 < t["setup_cpu_s"]
+    assert 0 < t["init_s"] < t["setup_s"]
+    assert t["compiled_programs"] < 150
+
+
 def test_recovery_check_fails_when_gamma_sign_flipped_in_dgp(jax_cache):
     """Negative control: data generated with −γ must not pass as recovering +γ."""
     table, _ = _simulate(gamma=tuple(-g for g in GAMMA_TRUE))
@@ -292,6 +302,9 @@ def test_fast_path_recovers_planted_values(jax_cache):
     assert fit.samples["z_b"].shape == (1, 300, data.n_trials) and "eps_contrast" not in fit.samples
     assert fit.settings["split_means"] and fit.settings["init"] == "svi"
     assert fit.timings["total_s"] >= fit.timings["start_s"] + fit.timings["warmup_s"]
+    # the SVI start and the chain's init are compiled programs, not hundreds of eager ones
+    assert fit.timings["start_s"] <= fit.timings["setup_s"] <= fit.timings["total_s"]
+    assert fit.timings["compiled_programs"] < 150
     exp = answer_quality(fit).query("not anchor")
     assert np.corrcoef(exp["theta_mean"], exp["answer_id"].map(truth.theta))[0, 1] > 0.8
 
@@ -314,6 +327,75 @@ def test_svi_start_gives_each_chain_its_own_start_and_a_full_metric(jax_cache):
     assert sorted(k for key in metric for k in key) == sorted(sites)
     dense = metric[global_sites(options)]
     assert np.allclose(dense, dense.T) and np.all(np.linalg.eigvalsh(dense) > 0)
+
+
+def _tiny():
+    table, _ = simulate_ratings(n_items=4, generators=("g1", "g2"), judges=("j1", "j2"), seed=6)
+    return prepare_data(table)
+
+
+def test_ordered_elbo_is_numpyros_trace_elbo():
+    """The SVI loss sums its terms in a fixed order (so its compiled program is the same in
+    every process); it must be numpyro's single-sample Trace_ELBO, draw for draw."""
+    from numpyro.infer import SVI, Trace_ELBO
+    from numpyro.optim import Adam
+
+    from context_effects.measurement.fit import _elbo, _prepare, _svi_guide
+
+    _, options, model, arrays = _prepare(_tiny(), "float64", False)
+    guide = _svi_guide(model, options, "mvn_globals", 0)
+    svi = SVI(model, guide, Adam(0.01), Trace_ELBO())
+    params = svi.get_params(svi.init(jax.random.PRNGKey(3), arrays))
+    for key in range(3):
+        ours = _elbo().loss(jax.random.PRNGKey(key), params, model, guide, arrays)
+        theirs = Trace_ELBO().loss(jax.random.PRNGKey(key), params, model, guide, arrays)
+        np.testing.assert_allclose(float(ours), float(theirs), rtol=1e-12)
+
+
+def test_svi_start_compiles_to_the_same_program_in_every_process():
+    """numpyro's Trace_ELBO orders its terms by a set of site names, which differs between
+    processes (string hashing): the compiled SVI start then never hit the persistent cache."""
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib, jax\n"
+        "from context_effects.measurement import prepare_data, simulate_ratings\n"
+        "from context_effects.measurement.fit import _prepare, _svi_start_program\n"
+        "from context_effects.measurement.model import global_sites\n"
+        "t, _ = simulate_ratings(n_items=4, generators=('g1', 'g2'), judges=('j1', 'j2'), seed=6)\n"
+        "_, o, m, a = _prepare(prepare_data(t), 'float64', False)\n"
+        "low = jax.jit(_svi_start_program(m, o, global_sites(o), 10, 2)).lower(jax.random.PRNGKey(0), a)\n"
+        "print(hashlib.sha256(low.as_text().encode()).hexdigest())\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}) for seed in (1, 2, 3)]
+    digests = {p.communicate(timeout=600)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs)
+    assert len(digests) == 1 and len(next(iter(digests))) == 64, digests
+
+
+@pytest.mark.parametrize("start", ["median", "svi"])
+def test_compiled_chain_init_is_numpyros_init(jax_cache, start):
+    """The chain's initialisation runs as one compiled program: same start, same potential
+    energy and gradient, same first mass matrix and step size as numpyro's eager init (with
+    the SVI start's point and metric, which the program takes as arguments)."""
+    from numpyro.infer import NUTS, init_to_median
+
+    from context_effects.measurement.fit import _compiled_init_nuts, _prepare, _svi_start
+    from context_effects.measurement.model import global_sites
+
+    _, options, model, arrays = _prepare(_tiny(), "float64", jax_cache)
+    settings = dict(model=model, target_accept_prob=0.95, max_tree_depth=10, dense_mass=[global_sites(options)],
+                    init_strategy=init_to_median(num_samples=15))
+    params = None
+    if start == "svi":
+        params, settings["inverse_mass_matrix"] = _svi_start(model, options, arrays, global_sites(options), 100, 0, 1)
+    key = jax.random.PRNGKey(5)
+    ours = _compiled_init_nuts(**settings).init(key, 100, params, model_args=(arrays,))
+    theirs = NUTS(**settings).init(key, 100, params, model_args=(arrays,))
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=1e-9, atol=1e-12)
 
 
 def test_adaptation_windows_are_numpyros_at_stan_sizes_and_partition_the_warmup():

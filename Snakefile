@@ -55,6 +55,9 @@ onstart:
     # about to run, then each hosted provider whether it serves their models, and
     # fails before any of them starts.
     dag.require_api_keys(config, workflow)
+    # run.budget_usd: a run whose cost estimate exceeds it stops here, before any job
+    # and before any provider is asked anything (context_effects.costs).
+    costs.require_within_budget(config, workflow)
     dag.require_served_models(config, workflow)
 
 

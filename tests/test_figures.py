@@ -69,17 +69,27 @@ def _diag(failed: bool) -> dict:
 
 
 def _write_fits(root: Path, config: dict, failed=frozenset(), seed: int = 0) -> dict[tuple[str, str], pd.DataFrame]:
-    """Every fit of the plan as a folder holding summary.csv and diagnostics.json."""
-    from context_effects.measurement.pipeline import fit_dir, fit_plan
+    """Every fit of the plan as a folder holding summary.csv and diagnostics.json, each with
+    the record of the config's settings a fit job writes (measurement.records)."""
+    from context_effects.measurement.pipeline import (
+        RECORD_KEY,
+        RECORD_SHA256_COLUMN,
+        fit_dir,
+        fit_plan,
+        made_with,
+        record_sha256,
+    )
 
     rng = np.random.default_rng(seed)
     out = {}
     for spec in fit_plan(config):
         d = root / fit_dir(spec)
         d.mkdir(parents=True, exist_ok=True)
+        record = made_with(config, spec)
         summary = _summary(rng, config["conformity"]["generators"], spec.judges)
-        summary.to_csv(d / "summary.csv", index=False)
-        (d / "diagnostics.json").write_text(json.dumps(_diag((spec.dataset, spec.variant) in failed)))
+        summary.assign(**{RECORD_SHA256_COLUMN: record_sha256(record)}).to_csv(d / "summary.csv", index=False)
+        diag = {**_diag((spec.dataset, spec.variant) in failed), RECORD_KEY: record}
+        (d / "diagnostics.json").write_text(json.dumps(diag))
         out[(spec.dataset, spec.variant)] = pd.read_csv(d / "summary.csv")
     return out
 

@@ -220,9 +220,11 @@ def test_generator_mean_table_pairs_the_fits_and_flags_changes():
     assert any("Diagnostics FAILED for fit truthfulqa/generator-mean" in n for n in t.notes)
     assert any("2 of 4 cells" in n for n in t.notes) and any("not part of the paper's method" in n for n in t.notes)
     assert changes_call(None, paper.iloc[0]) == "--"
-    # Table 9 lists the refit with its own label.
+    # Table 9 lists the refit with its own label (and Table 15's blind-only fit after it).
+    results[("truthfulqa", "blind-quality")] = FitResult(plan["blind-quality"], paper, good, [])
     t9 = Builder(table_settings(cfg, "9"), results).table9()
-    assert t9.df["Fit"].tolist()[-1] == "Generator baseline means, main corpus (table3_generator_mean)"
+    assert t9.df["Fit"].tolist()[-2:] == ["Generator baseline means, main corpus (table3_generator_mean)",
+                                          "Blind ratings, every execution (Table 15)"]
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -260,8 +262,8 @@ def test_study_c_fit_rules_recover_planted_values(workdir):
         "datasets": {"truthfulqa": {"source": "local", "local_path": "items/truthfulqa.jsonl", "n_items": N_ITEMS}},
         "models": {
             # One declared family for both: a self-rating exclusion would empty the table, so the plan
-            # holds the main fit and its generator-mean refit only (CI time) and Table 17 must say
-            # why it has no refit.
+            # holds the main fit, its generator-mean refit and Table 15's blind-quality fit only (CI
+            # time) and Table 17 must say why it has no refit.
             name: {"backend": "synthetic", "model_id": name, "family": "sim", "synthetic": params}
             for name, params in PLANTED.items()
         },
@@ -372,8 +374,9 @@ def test_study_c_fit_rules_recover_planted_values(workdir):
 
     # Table 9: one row per fit, with the figures of its diagnostics file.
     t9 = pd.read_csv(tables / "table9.csv")
-    assert len(t9) == 2 and (t9["Method"] == "NUTS").all() and (t9["Chains"] == 2).all()
+    assert len(t9) == 3 and (t9["Method"] == "NUTS").all() and (t9["Chains"] == 2).all()
     assert t9.loc[1, "Fit"] == "Generator baseline means, main corpus (table3_generator_mean)"
+    assert t9.loc[2, "Fit"] == "Blind ratings, every execution (Table 15)"
     diag = json.loads((workdir / "results/conformity/fits/truthfulqa/main/diagnostics.json").read_text())
     assert t9.loc[0, "R-hat"] == pytest.approx(diag["max_rhat"])
     assert t9.loc[0, "ESS bulk"] == pytest.approx(diag["min_ess_bulk"])
@@ -392,7 +395,7 @@ def test_study_c_fit_rules_recover_planted_values(workdir):
     assert pd.read_csv(tables / "table10.csv").iloc[0, 0].startswith("not estimated")
     assert pd.read_csv(tables / "table20.csv").iloc[0, 0].startswith("not estimated: no decomposition-corpus fit")
 
-    # Per-answer latent quality for the convergent-validity table.
+    # Per-answer blind latent quality (the blind-quality fit) for the convergent-validity table.
     q = pd.read_parquet(workdir / "results/conformity/quality/truthfulqa.parquet")
     assert len(q) == N_ITEMS * 2 * 8 and q["answer_id"].is_unique and (q["theta_sd"] > 0).all()
     assert set(q["corpus"]) == {"main"}

@@ -484,3 +484,17 @@ def test_release_url_is_the_pinned_raw_github_file():
     url = release.release_url("mmlu_pro_sample500.rq2a.jsonl")
     assert url == ("https://raw.githubusercontent.com/yibo-hu-lab/Easier-to-Mislead-Than-to-Correct/"
                    "29feb84e37df8f08ecf9277d659dc5b3364e58c7/perturbed_dataset/rq2/rq2a/data/mmlu_pro_sample500.jsonl")
+
+
+def test_n_items_takes_the_first_items_of_a_release_in_source_order():
+    """A smaller run of the paper's design: n_items below the release's count takes its first
+    n_items in the dataset's source order (the same file and n_items, the same items)."""
+    raw, rel = DEMO_SOURCES["truthfulqa"]
+    full = _build(raw, rel, "truthfulqa")
+    cut = build_item_table("truthfulqa", {"kind": "local", "path": str(raw)}, n_items=2, sample_seed=42,
+                           attractor_seed=42, sample={"source": "release", "path": str(rel)},
+                           peer_source="release")
+    assert len(full) == 4 and cut["item_id"].tolist() == full["item_id"].tolist()[:2]
+    assert cut.attrs["n_items"] == 2 and cut.attrs["sample"]["n_items_taken"] == 2
+    blocks = cut.attrs["release_blocks"]
+    assert blocks and set(blocks) <= set(cut["item_id"])  # only the kept items' peer blocks

@@ -29,6 +29,7 @@ LOCAL_RULES: dict[str, str] = {
     "anchoring_requests": "writes prompts, seconds",
     "anchoring_table": "one table from scored results",
     "anchoring_figure": "one figure from scored results",
+    "estimate": "prints the cost estimate from the item tables, no model call",
     "conformity_round1_requests": "writes prompts, seconds",
     "conformity_round2_requests": "writes prompts, seconds",
     "conformity_anchor_requests": "writes prompts, seconds",

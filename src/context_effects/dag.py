@@ -77,6 +77,8 @@ def run_kind(config: Config) -> str:
 #: of every rule's params, so changing one reruns nothing (``*`` is every model).
 SPEED_SETTINGS: tuple[tuple[str, ...], ...] = (
     ("run", "threads_per_job"),
+    # What the run may pay changes no answer: raising it after a stop reruns nothing.
+    ("run", "budget_usd"),
     ("resources",),
     ("models", "*", "gpu"),
     ("models", "*", "concurrency"),

@@ -978,7 +978,8 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
 
     ``sample={"source": "release", "path": ...}`` takes exactly the items of a
     predecessor release file instead of a seeded sample (``conformity.release``;
-    ``n_items`` and ``balance_by`` are then not used). ``peer_source="release"`` also
+    ``balance_by`` is then not used, and ``n_items`` below the file's count takes its
+    first ``n_items`` in source order). ``peer_source="release"`` also
     records the release's peer blocks of those items in ``attrs["release_blocks"]``;
     without released blocks (MMLU-Pro) it records blocks built with the release's design
     (``conformity.release_design``), and ``attrs["peer_source"]`` says which was used and why.
@@ -992,6 +993,12 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
         rows = release.read_release(sample["path"])
         chosen = release.match_items(dataset, items, rows, sample["path"])
         sample.update(chosen.attrs["release"])
+        if n_items is not None and n_items < len(chosen):
+            # A cut of the released sample (a smaller run of the paper's design): its first
+            # n_items in source order, so the same file and n_items give the same items.
+            chosen = chosen.iloc[:n_items].copy()
+            chosen.attrs = dict(chosen.attrs)
+            sample["n_items_taken"] = int(n_items)
         chosen = assign_release_attractors(chosen, release.release_attractors(dataset, chosen, rows))
     elif sample.get("source", "seeded") == "seeded":
         chosen = sample_items(items, n_items, sample_seed, balance_by=balance_by)

@@ -35,12 +35,24 @@ DEMO_RELEASE_SHA256: dict[str, str] = {
     "ARC-Challenge-Train.demo.jsonl": "fe6057d10fea64c57a766ae3aeea43fadb25233c3c0d299906f6c778737ecd20",
 }
 
-PINNED_SHA256: dict[str, str] = {**RELEASE_SHA256, **DEMO_RELEASE_SHA256}
+#: The rehearsal's excerpts (``data/rehearsal/``, PROVENANCE.md there): the first 60 items of
+#: each release file and their benchmark rows.
+REHEARSAL_SHA256: dict[str, str] = {
+    "ARC-Challenge-Train.rehearsal.jsonl": "4c168e1178d447eed89659f2724dab6f09a62e73c3792b6f64579f25e8116057",
+    "arc_challenge_sample500.rq1_rq3.rehearsal.jsonl": "d11796684a2681761f4ed563d05a54158a893bb73f129bb300461576a7b955bc",
+    "mmlu_pro_sample500.rq2a.rehearsal.jsonl": "7d3bcbd8bd7baeadba289c30ee1e9a5d194a4f4cb4fee2efbb8118040fc1014d",
+    "mmlu_pro_test.rehearsal.jsonl": "1093398a526dbe08d99cd806c1beb721fb8e72bc5f9b03c6111801d859268614",
+    "truthfulqa_generation.rehearsal.jsonl": "af3ca134d1033b8652b95accc60e1ece8131a8d53ea68be868a1d0a123636f68",
+    "truthfulqa_sample500.rq1_rq3.rehearsal.jsonl": "f62a6ff9c2f6a7bb7549f28315348500ed34f2db25b5d27a6380367ea0ca2bec",
+}
+
+PINNED_SHA256: dict[str, str] = {**RELEASE_SHA256, **DEMO_RELEASE_SHA256, **REHEARSAL_SHA256}
 
 _HOW_TO_RESTORE = {
     **{name: "delete it and rerun: the fetch_release rule downloads the pinned file again (or copy the "
               "release file unchanged)" for name in RELEASE_SHA256},
     **{name: "restore the shipped copy (`git checkout -- data/demo/release/`)" for name in DEMO_RELEASE_SHA256},
+    **{name: "restore the shipped copy (`git checkout -- data/rehearsal/`)" for name in REHEARSAL_SHA256},
 }
 
 

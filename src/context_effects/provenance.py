@@ -48,6 +48,10 @@ KIND_NOTES = {
         "SYNTHETIC RUN: simulated models with planted effects, used to validate the analysis. "
         "These numbers are not findings about any real model."
     ),
+    "rehearsal": (
+        "REHEARSAL: the paper's design on simulated models planted with the seed papers' own "
+        "estimates, to check that the analysis prints them back. These numbers are not findings."
+    ),
 }
 
 

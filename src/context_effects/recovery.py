@@ -173,6 +173,12 @@ def recovery_inputs(config: Config) -> dict[str, Any]:
     }
 
 
+def recovery_fit_keys(config: Config) -> dict[str, dict[str, Any]]:
+    """What each fit the recovery table reads must have been made with (rule ``recovery``'s
+    param; ``measurement.records``); none without Study C's synthetic models."""
+    return conformity_recovery.fit_keys(config) if "conformity" in roles(config) else {}
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -248,10 +254,19 @@ def markdown(table: pd.DataFrame) -> str:
 
 
 def write_recovery(planted_path: str | Path, fit_paths: Sequence[str | Path], amel_paths: Sequence[str | Path],
-                   anchoring_paths: Sequence[str | Path], csv_path: str | Path, md_path: str | Path) -> pd.DataFrame:
-    """Read the planted values and the run's result files; write the table (CSV and Markdown)."""
+                   anchoring_paths: Sequence[str | Path], csv_path: str | Path, md_path: str | Path,
+                   fit_keys: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Read the planted values and the run's result files; write the table (CSV and Markdown).
+    Each fit summary is refused unless made with ``fit_keys``' settings (``recovery_fit_keys``)."""
+    from context_effects.measurement.records import check_summary
+
     planted = json.loads(Path(planted_path).read_text())
-    fits = {conformity_recovery.fit_of_path(p): pd.read_csv(p) for p in fit_paths}
+    fits = {}
+    for p in fit_paths:
+        dataset, variant = conformity_recovery.fit_of_path(p)
+        summary = pd.read_csv(p)
+        check_summary(p, fit_keys[f"{dataset}/{variant}"], summary)
+        fits[(dataset, variant)] = summary
     bias = pd.concat([pd.read_parquet(p) for p in amel_paths], ignore_index=True) if amel_paths else None
     runs = {}
     for p in anchoring_paths:

@@ -111,4 +111,7 @@ def run_notes(kind: str | None) -> list[str]:
     if kind == "synthetic":
         return ["Synthetic backend: simulated models with planted effects; these numbers "
                 "validate the analysis and are not findings about any real model."]
+    if kind == "rehearsal":
+        return ["Rehearsal: simulated models planted with the seed papers' own estimates; these "
+                "numbers test that the analysis prints them back and are not findings."]
     return []

@@ -137,6 +137,11 @@ def recovery_inputs(config: Config) -> dict[str, Any]:
     return recovery.recovery_inputs(config)
 
 
+def recovery_fit_keys(config: Config) -> dict[str, Any]:
+    """What each fit the recovery table reads must have been made with (rule ``recovery``)."""
+    return recovery.recovery_fit_keys(config)
+
+
 def recovery_report_input(config: Config) -> list[str]:
     """The recovery table the run report summarises; none for a run without synthetic models."""
     return recovery.report_input(config)

@@ -43,9 +43,14 @@ def test_every_shipped_pinned_file_carries_its_pin():
     for name, want in pinned.DEMO_RELEASE_SHA256.items():
         assert _sha(DEMO_RELEASE / name) == want, name
         assert pinned.verify(DEMO_RELEASE / name) == want
+    rehearsal_items = DEMO_RELEASE.parents[1] / "rehearsal"
+    for name, want in pinned.REHEARSAL_SHA256.items():
+        assert _sha(rehearsal_items / name) == want, name
+        assert pinned.verify(rehearsal_items / name) == want
     # The fetch rule and the readers use one table of checksums.
     assert {n: s["sha256"] for n, s in release.RELEASE_FILES.items()} == pinned.RELEASE_SHA256
-    assert set(pinned.PINNED_SHA256) == set(pinned.RELEASE_SHA256) | set(pinned.DEMO_RELEASE_SHA256)
+    assert set(pinned.PINNED_SHA256) == (set(pinned.RELEASE_SHA256) | set(pinned.DEMO_RELEASE_SHA256)
+                                         | set(pinned.REHEARSAL_SHA256))
 
 
 def test_the_shipped_fault_file_differs_from_its_pin_by_one_byte():

@@ -7,7 +7,10 @@
 rule conformity_fit:
     """Fit the hierarchical ordinal model (seed 002 Eq. 6-8) for one dataset and variant
     (the generator-mean variants: this project's per-generator baseline means; the
-    reference-free variant: anchors scored without the gold answer, seed 002 §3.4)."""
+    reference-free variant: anchors scored without the gold answer, seed 002 §3.4; the
+    blind-quality variant: Table 15's blind ratings of every execution). Every output
+    records spec, settings and families; each reader checks them (measurement.records).
+    """
     input:
         ratings="results/conformity/ratings/{dataset}.parquet",
     output:
@@ -40,9 +43,10 @@ rule conformity_fit:
 
 
 rule conformity_quality:
-    """Per-answer latent quality θ of the main fit, for the convergent-validity table."""
+    """Per-answer blind latent quality θ of every execution's answers (the blind-quality fit),
+    for the convergent-validity table (seed 002 Table 15)."""
     input:
-        "results/conformity/fits/{dataset}/main/quality.parquet",
+        "results/conformity/fits/{dataset}/blind-quality/quality.parquet",
     output:
         "results/conformity/quality/{dataset}.parquet",
     log:
@@ -53,6 +57,9 @@ rule conformity_quality:
         **dag.rule_resources(config, "conformity_quality", runtime=10, mem_mb=2000),
     params:
         code=codeversion.of_script("fit_quality.py"),
+        made_with=lambda wildcards: conformity_dag.fit_key(
+            config, wildcards.dataset, "blind-quality"
+        ),
     script:
         "../scripts/fit_quality.py"
 

@@ -92,6 +92,26 @@ rule answer_requests_remote:
         "../scripts/answer_requests.py"
 
 
+rule estimate:
+    """What the run's model calls will cost, printed before any is paid (docs/costs.md).
+
+    `snakemake estimate` builds the item tables (no model call) and prints requests,
+    tokens, USD and GPU-hours per model and stage; it has no output, so it runs each
+    time it is asked for."""
+    input:
+        costs.estimate_inputs(config),
+    log:
+        "logs/estimate.log",
+    conda:
+        "../../envs/data.yaml"
+    params:
+        code=codeversion.of_script("estimate.py"),
+        # The estimate reads every study's design and every model's settings.
+        config=config,
+    script:
+        "../scripts/estimate.py"
+
+
 rule export_store:
     """All raw responses as one plain Parquet file, for release and replay."""
     output:

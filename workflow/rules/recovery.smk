@@ -36,5 +36,6 @@ rule recovery:
         **dag.rule_resources(config, "recovery", runtime=10, mem_mb=2000),
     params:
         code=codeversion.of_script("recovery_table.py"),
+        made_with=targets.recovery_fit_keys(config),
     script:
         "../scripts/recovery_table.py"

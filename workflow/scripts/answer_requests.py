@@ -22,6 +22,9 @@ def main(snakemake):
     import sys
 
     from context_effects.llm.factory import make_backend
+    from context_effects.llm.ledger import RunBudget
+    from context_effects.llm.pricing import BILLED
+    from context_effects.llm.runner import BudgetReached
     from context_effects.llm.shards import JobInterrupted, answer_shard
     from context_effects.llm.store.responses import ResponseStore
 
@@ -38,6 +41,13 @@ def main(snakemake):
         state_dir=f"results/state/{model}",
         replay=snakemake.params.replay,
     )
+    # run.budget_usd is read from the run's config, not passed as a param: raising it
+    # changes no answer and must rerun nothing. Only calls billed per token count against
+    # it; a local model's job is not stopped by what the hosted ones paid.
+    budget_usd = snakemake.config["run"].get("budget_usd")
+    budget = None
+    if budget_usd is not None and snakemake.params.model["backend"] in BILLED and not snakemake.params.replay:
+        budget = RunBudget(budget_usd, "results/ledgers/.attempts")
     try:
         with backend:
             ledger = answer_shard(
@@ -48,7 +58,12 @@ def main(snakemake):
                 store,
                 attempts_log=snakemake.params.attempts_log,
                 model_name=model,
+                budget=budget,
             )
+    except BudgetReached as exc:
+        log.error("%s: %s", model, exc)
+        print(f"{model}: {exc}", file=sys.stderr)
+        sys.exit(1)
     except JobInterrupted as exc:
         log.error("%s: interrupted (%s); the answers received are stored, a rerun asks only the rest", model, exc)
         sys.exit(128 + exc.signum)

@@ -11,5 +11,6 @@ table = write_recovery(
     list(snakemake.input.anchoring),
     snakemake.output.csv,
     snakemake.output.md,
+    snakemake.params.made_with,
 )
 log.info("recovery: %d rows\n%s", len(table), coverage(table).to_string(index=False))

@@ -16,7 +16,14 @@ from typing import Any
 from context_effects.conformity.judging import items_per_judge_shard
 from context_effects.conformity.stages import Block, items_per_shard, packed_shards
 from context_effects.dag import items_path, request_shard_of, rule_resources
-from context_effects.measurement.pipeline import family_of, find_spec, fit_plan, without_added_defaults
+from context_effects.measurement.pipeline import (
+    BLIND_QUALITY,
+    find_spec,
+    fit_plan,
+    sampler_settings,
+)
+from context_effects.measurement.pipeline import fit_families as spec_families
+from context_effects.measurement.records import fit_keys
 
 Config = Mapping[str, Any]
 
@@ -239,32 +246,17 @@ def fit_spec(config: Config, dataset: str, variant: str) -> dict[str, Any]:
 
 def fit_families(config: Config, dataset: str, variant: str) -> dict[str, str]:
     """Model family of the fit's judges and generators (self-rating exclusion, Table 17)."""
-    names = set(find_spec(config, dataset, variant).judges) | set(generators(config))
-    return {name: family_of(config, name) for name in sorted(names)}
-
-
-#: Fit settings that decide which fits exist or how tables judge them, not how a fit
-#: runs: changing one reruns the tables, never the fits.
-_NOT_SAMPLER = (
-    "theta_anchor_sensitivity",
-    "theta_anchor_datasets",
-    "generator_mean_sensitivity",
-    "reference_free_sensitivity",
-    "max_rhat",
-    "min_ess_bulk",
-    "min_ess_tail",
-    "max_divergences",
-)
-
-
-#: Sampler settings added after fits existed, with their defaults (``without_added_defaults``).
-_SAMPLER_ADDED_DEFAULTS = {"init": "median"}
+    return spec_families(config, find_spec(config, dataset, variant))
 
 
 def fit_settings(config: Config) -> dict[str, Any]:
     """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys)."""
-    fit = config["conformity"]["fit"]
-    return without_added_defaults({k: v for k, v in fit.items() if k not in _NOT_SAMPLER}, _SAMPLER_ADDED_DEFAULTS)
+    return sampler_settings(config)
+
+
+def fit_key(config: Config, dataset: str, variant: str) -> dict[str, Any]:
+    """What a reader of one fit's files compares their record with (``measurement.records``)."""
+    return fit_keys(config, [find_spec(config, dataset, variant)])[f"{dataset}/{variant}"]
 
 
 def fit_threads(config: Config) -> int:
@@ -276,8 +268,9 @@ def fit_threads(config: Config) -> int:
 
 
 def quality_tables(config: Config) -> list[str]:
-    """Per-answer latent quality of each dataset's main fit (Table 15's input)."""
-    return [f"results/conformity/quality/{spec.dataset}.parquet" for spec in fit_plan(config) if spec.kind == "main"]
+    """Per-answer blind latent quality of each dataset, every execution (its ``blind-quality`` fit)."""
+    return [f"results/conformity/quality/{spec.dataset}.parquet" for spec in fit_plan(config)
+            if spec.kind == BLIND_QUALITY]
 
 
 # --- external validation and text metrics ------------------------------------------------

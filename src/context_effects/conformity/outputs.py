@@ -364,6 +364,34 @@ def _table8_requests_settings(config: Config) -> dict[str, Any]:
     }
 
 
+def _quality_specs(config: Config, kind: str):
+    from context_effects.measurement.pipeline import fit_plan
+
+    return [spec for spec in fit_plan(config) if spec.kind == kind]
+
+
+def _table15_inputs(config: Config, kind: str) -> dict[str, list[str]]:
+    """The metric rows, and per dataset the quality table of its ``kind`` fit: the quality
+    rule's copy for the blind-only fit (Table 15), the fit's own file otherwise."""
+    from context_effects.measurement.pipeline import BLIND_QUALITY, fit_dir
+
+    quality = (dag.quality_tables(config) if kind == BLIND_QUALITY
+               else [f"{fit_dir(spec)}/quality.parquet" for spec in _quality_specs(config, kind)])
+    return {**_metrics(config), "quality": quality}
+
+
+def _table15_settings(config: Config, kind: str) -> dict[str, Any]:
+    """Which fit each quality table comes from and the settings it must have been made with
+    (``measurement.records``), the executions and the run kind."""
+    from context_effects.measurement.records import fit_keys, fit_name
+
+    specs = _quality_specs(config, kind)
+    c = config["conformity"]
+    return {"quality_fits": [fit_name(spec) for spec in specs], "made_with": fit_keys(config, specs),
+            "seeds": [int(x) for x in c["seeds"]], "primary_seed": int(c["primary_seed"]),
+            "run_kind": config["run"]["kind"]}
+
+
 def _label_then_numbers(df: pd.DataFrame) -> str:
     return "l" + "r" * (len(df.columns) - 1)
 
@@ -498,9 +526,16 @@ REGISTRY = Registry("conformity", [
               settings=_run_only, build=_metrics_builder("table14")),
     TableSpec("table15", "metrics",
               "Convergent validity: Spearman rho between blind latent quality and external metrics over "
-              "non-anchor answers.", "tab:convergent",
-              inputs=lambda config: {**_metrics(config), "quality": dag.quality_tables(config)},
-              settings=_run_only, build=_metrics_builder("table15"), align=_label_then_numbers),
+              "non-anchor answers of every execution.", "tab:convergent",
+              inputs=partial(_table15_inputs, kind="blind-quality"),
+              settings=partial(_table15_settings, kind="blind-quality"), build=_metrics_builder("table15"),
+              align=_label_then_numbers),
+    TableSpec("table15_main_fit", "metrics",
+              "Sensitivity of Table 15: Spearman rho between the main fit's latent quality (primary execution, "
+              "blind and informed ratings) and external metrics over its non-anchor answers.",
+              "tab:convergent-main-fit", inputs=partial(_table15_inputs, kind="main"),
+              settings=partial(_table15_settings, kind="main"), build=_metrics_builder("table15_main_fit"),
+              align=_label_then_numbers),
     TableSpec("table16", "metrics",
               "Fixed-classifier validation by benchmark and Round 2 condition. False endorsement is NLI "
               "entailment of the wrong attractor (lower is better); truth and info judge scores are "

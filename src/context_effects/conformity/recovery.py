@@ -72,10 +72,20 @@ def planted_values(inputs: Mapping[str, Any], roles: Mapping[str, Sequence[str]]
     gens, judges = {}, {}
     for g in roles["generators"]:
         p = sim.planted(resolved[g])
-        gens[g] = {k: v for k, v in p.items() if k != "judge"}
+        gens[g] = _drop_judge(p) | {"by_dataset": {d: _drop_judge(v) for d, v in p["by_dataset"].items()}}
     for j in roles["judges"]:
-        judges[j] = sim.planted(resolved[j])["judge"]
+        p = sim.planted(resolved[j])
+        judges[j] = p["judge"] | {"by_dataset": {d: v["judge"] for d, v in p["by_dataset"].items()}}
     return {**inputs, "generators": gens, "judges": judges}
+
+
+def _drop_judge(section: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in section.items() if k not in ("judge", "by_dataset")}
+
+
+def _on_dataset(values: Mapping[str, Mapping[str, Any]], dataset: str) -> dict[str, Mapping[str, Any]]:
+    """Each model's planted values on ``dataset`` (its ``by_dataset`` section where it has one)."""
+    return {name: v.get("by_dataset", {}).get(dataset, v) for name, v in values.items()}
 
 
 def fit_summaries(config: Config) -> list[str]:
@@ -85,6 +95,16 @@ def fit_summaries(config: Config) -> list[str]:
     variants = {f.variant for f in FITS}
     return [f"results/conformity/fits/{s.dataset}/{s.variant}/summary.csv"
             for s in fit_plan(config) if s.variant in variants]
+
+
+def fit_keys(config: Config) -> dict[str, dict[str, Any]]:
+    """What each compared fit's files must record (``measurement.records``): the recovery
+    rule's param, so the table refuses a fit made with other settings than the config's."""
+    from context_effects.measurement.pipeline import fit_plan
+    from context_effects.measurement.records import fit_keys as keys
+
+    variants = {f.variant for f in FITS}
+    return keys(config, [s for s in fit_plan(config) if s.variant in variants])
 
 
 def fit_of_path(path: str | Path) -> tuple[str, str]:
@@ -106,7 +126,9 @@ def fit_rows(planted: Mapping[str, Any], dataset: str, variant: str, summary: pd
     if source is None:
         raise ValueError(f"fit variant {variant!r} is not compared (conformity.recovery.FITS)")
     pc = planted["conformity"]
-    gens, judges = pc["generators"], pc["judges"]
+    gens, judges = _on_dataset(pc["generators"], dataset), _on_dataset(pc["judges"], dataset)
+    # The decomposition corpus is a run of its own with shifts of its own (its fits compare those).
+    eta_key = "decomposition_eta" if variant.startswith("decomposition") else "eta"
     where = f"conformity/fits/{dataset}/{variant}"
     fit_gens = sorted(set(summary["generator"].dropna()))
     fit_judges = sorted(set(summary["judge"].dropna()))
@@ -142,9 +164,10 @@ def fit_rows(planted: Mapping[str, Any], dataset: str, variant: str, summary: pd
         j = j if isinstance(j, str) else None
         cond = cond if isinstance(cond, str) else None
         if block == "eta" and g in gens:
-            rows.append(mk(g, f"eta[{cond}]", gens[g]["eta"][cond], r, note=eta_note()))
+            rows.append(mk(g, f"eta[{cond}]", gens[g][eta_key][cond], r, note=eta_note()))
         elif block == "asym_total" and g in gens:
-            rows.append(mk(g, "asym_total", gens[g]["asym_total"], r, note=eta_note()))
+            eta = gens[g][eta_key]
+            rows.append(mk(g, "asym_total", -eta["peer_wrong"] - eta["peer_correct"], r, note=eta_note()))
         elif block == "delta_content" and g in gens:
             k = cond.removeprefix("content_")
             rows.append(mk(g, f"delta_content[{k}]", gens[g]["decomposition"]["delta_content"][k], r,

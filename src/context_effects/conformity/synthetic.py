@@ -50,6 +50,15 @@ Meta contract
 
 ``meta["generator"]`` / ``meta["judge"]`` only identify the trial (for ``b_t``)
 and self-ratings; the planted values are those of the backend's model.
+
+3. Values by dataset and corpus. The seed's estimates differ by dataset (its Table 3
+   per dataset, its Tables 10-12 one decomposition per dataset), and the decomposition
+   corpus is a run of its own whose shifts the seed estimates separately. So the planted
+   values of one request are the model's values, then ``by_dataset[meta["dataset"]]``
+   (any of :data:`DATASET_KEYS`), and, for a request whose ``meta["corpus"]`` is
+   ``decomposition``, the shifts ``decomposition_eta`` (of the dataset's layer, else the
+   model's) over ``eta``. ``b_t`` uses the dataset's ``quality_mean`` and ``sigma_b``;
+   it is still drawn once per ``(item_id, generator)``, so both corpora share it.
 """
 
 from __future__ import annotations
@@ -104,6 +113,11 @@ DEFAULTS: dict[str, Any] = {
         "peer_wrong": -0.45,
         "peer_mixed": -0.25,
     },
+    # Shifts of the decomposition corpus's answers (keys not given: ``eta``'s); the seed
+    # estimates them from a run of their own (its Tables 10-12), not from the main corpus.
+    "decomposition_eta": {},
+    # Dataset -> values that differ on that dataset (any of DATASET_KEYS); module docstring, 3.
+    "by_dataset": {},
     "empty_rate": 0.02,  # share of generations returned empty (exercises the retry path)
     # share of trials whose Round-1 text differs between executions (0: greedy reruns reproduce it)
     "round1_mismatch_rate": 0.0,
@@ -184,11 +198,63 @@ PROFILES: dict[str, dict[str, Any]] = {
     "gpt-5": {"alpha": 2.0, "beta": 0.25, "gamma": -0.17},
 }
 
-NESTED: dict[str, tuple[str, ...]] = {"eta": ETA_CONDITIONS}
+NESTED: dict[str, tuple[str, ...]] = {"eta": ETA_CONDITIONS, "decomposition_eta": ETA_CONDITIONS}
+#: What ``by_dataset.<dataset>`` may set: the latent scale's values and the judges', not the
+#: rates of the machinery (empty replies, parse failures, Round-1 mismatches) or the anchors,
+#: which the fit pins at one θ_a for every dataset.
+DATASET_KEYS = ("quality_mean", "sigma_b", "sigma_theta", "eta", "decomposition_eta", "alpha", "beta", "gamma",
+                "kappa", "reference_free_alpha_scale", "self_preference")
+#: The corpus whose answers take ``decomposition_eta`` (``conformity.requests.CORPORA``).
+DECOMPOSITION_CORPUS = "decomposition"
 
 
-def validate(p: Mapping[str, Any]) -> dict[str, Any]:
-    """Study C's planted values of ``p``, checked and normalised."""
+def _validate_by_dataset(p: Mapping[str, Any], base: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    by = p["by_dataset"]
+    if not isinstance(by, Mapping):
+        raise ValueError(f"synthetic param 'by_dataset' must map dataset names to values, got {by!r}")
+    out: dict[str, dict[str, Any]] = {}
+    for dataset, over in by.items():
+        if not isinstance(over, Mapping):
+            raise ValueError(f"synthetic param 'by_dataset.{dataset}' must be a mapping, got {over!r}")
+        bad = sorted(set(over) - set(DATASET_KEYS))
+        if bad:
+            raise ValueError(f"unknown keys in synthetic param 'by_dataset.{dataset}': {bad}; "
+                             f"allowed: {list(DATASET_KEYS)}")
+        try:
+            merged = validate(with_overrides({**base, "by_dataset": {}}, over), nested_ok=False)
+        except ValueError as e:
+            raise ValueError(f"synthetic param 'by_dataset.{dataset}': {e}") from None
+        out[str(dataset)] = {k: merged[k] for k in over}
+    return out
+
+
+def with_overrides(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with the values of ``over``; mappings among them (η) updated key by key."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = {**base[key], **value} if key in NESTED and isinstance(value, Mapping) else value
+    return out
+
+
+def request_params(backend: SyntheticBackend, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The planted values of one request: the model's, then its dataset's, then its corpus's
+    shifts (module docstring, 3). Cached on the backend: a shard asks thousands of times."""
+    dataset, corpus = meta.get("dataset"), meta.get("corpus")
+    cache = backend.__dict__.setdefault("_conformity_params", {})
+    key = (dataset, corpus == DECOMPOSITION_CORPUS)
+    if key not in cache:
+        p = backend.params
+        if dataset in p["by_dataset"]:
+            p = with_overrides(p, p["by_dataset"][dataset])
+        if key[1]:
+            p = {**p, "eta": {**p["eta"], **p["decomposition_eta"]}}
+        cache[key] = p
+    return cache[key]
+
+
+def validate(p: Mapping[str, Any], nested_ok: bool = True) -> dict[str, Any]:
+    """Study C's planted values of ``p``, checked and normalised (``nested_ok``: whether
+    ``by_dataset`` may appear, i.e. ``p`` is a model's values, not a dataset's layer)."""
     out: dict[str, Any] = {}
     for key in ("quality_mean", "beta", "gamma", "self_preference"):
         out[key] = param_number(key, p[key])
@@ -199,6 +265,12 @@ def validate(p: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("empty_rate", "parse_failure_rate", "round1_mismatch_rate"):
         out[key] = param_number(key, p[key], lo=0.0, hi=1.0)
     out["eta"] = {c: param_number(f"eta.{c}", p["eta"][c]) for c in ETA_CONDITIONS}
+    decomposition = p["decomposition_eta"]
+    bad = sorted(set(decomposition) - set(ETA_CONDITIONS)) if isinstance(decomposition, Mapping) else None
+    if bad is None or bad:
+        raise ValueError(f"synthetic param 'decomposition_eta' must map conditions {list(ETA_CONDITIONS)} "
+                         f"to numbers, got {decomposition!r}")
+    out["decomposition_eta"] = {c: param_number(f"decomposition_eta.{c}", v) for c, v in decomposition.items()}
     kappa = p["kappa"]
     if isinstance(kappa, (str, bytes)) or not isinstance(kappa, Sequence) or len(kappa) != N_CATEGORIES - 1:
         raise ValueError(f"synthetic param 'kappa' must be {N_CATEGORIES - 1} increasing numbers, got {kappa!r}")
@@ -206,12 +278,25 @@ def validate(p: Mapping[str, Any]) -> dict[str, Any]:
     if any(b <= a for a, b in zip(kappa, kappa[1:])):
         raise ValueError(f"synthetic param 'kappa' must be strictly increasing, got {kappa}")
     out["kappa"] = kappa
+    if nested_ok:
+        out["by_dataset"] = _validate_by_dataset(p, out | {k: p[k] for k in p if k not in out})
+    elif p.get("by_dataset"):
+        raise ValueError("'by_dataset' cannot be nested in a dataset's values")
     return out
 
 
 def planted(eff: Mapping[str, Any]) -> dict[str, Any]:
-    """Study C's section of ``planted_effects``: η and its decomposition, the judge's values."""
+    """Study C's section of ``planted_effects``: η and its decomposition, the judge's values;
+    under ``by_dataset`` the same section for each dataset with values of its own."""
+    out = _planted_section(eff)
+    out["by_dataset"] = {d: _planted_section(with_overrides(eff, over)) for d, over in eff["by_dataset"].items()}
+    return out
+
+
+def _planted_section(eff: Mapping[str, Any]) -> dict[str, Any]:
     eta = {"round1": 0.0, **eff["eta"]}
+    # The increments are estimated from the decomposition corpus alone (its own run).
+    dec = {"round1": 0.0, **eff["eta"], **eff["decomposition_eta"]}
     return {
         "quality_mean": eff["quality_mean"],
         "sigma_b": eff["sigma_b"],
@@ -219,11 +304,12 @@ def planted(eff: Mapping[str, Any]) -> dict[str, Any]:
         "theta_anchor": eff["theta_anchor"],
         "anchors": {"anchor_correct": eff["theta_anchor"], "anchor_incorrect": -eff["theta_anchor"]},
         "eta": eta,
+        "decomposition_eta": dec,
         "decomposition": {
-            "delta_sp": eta["no_peer"],
-            "delta_content": {k: eta[f"content_{k}"] - eta["no_peer"] for k in ("correct", "wrong", "mixed")},
-            "delta_pp": {k: eta[f"peer_{k}"] - eta[f"content_{k}"] for k in ("correct", "wrong", "mixed")},
-            "delta_total": {k: eta[f"peer_{k}"] for k in ("correct", "wrong", "mixed")},
+            "delta_sp": dec["no_peer"],
+            "delta_content": {k: dec[f"content_{k}"] - dec["no_peer"] for k in ("correct", "wrong", "mixed")},
+            "delta_pp": {k: dec[f"peer_{k}"] - dec[f"content_{k}"] for k in ("correct", "wrong", "mixed")},
+            "delta_total": {k: dec[f"peer_{k}"] for k in ("correct", "wrong", "mixed")},
         },
         "asym_total": -eta["peer_wrong"] - eta["peer_correct"],
         "empty_rate": eff["empty_rate"],
@@ -281,10 +367,13 @@ _BANDS = (
 # ----------------------------------------------------------------------------- answers
 
 
-def trial_baseline(backend: SyntheticBackend, item_id: str, generator: str) -> float:
-    """b_t of the trial (item_id, generator) under ``backend``'s planted values and seed."""
+def trial_baseline(backend: SyntheticBackend, item_id: str, generator: str,
+                   params: Mapping[str, Any] | None = None) -> float:
+    """b_t of the trial (item_id, generator) under ``backend``'s seed and planted values
+    (``params``: those of the request's dataset, :func:`request_params`)."""
+    p = backend.params if params is None else params
     z = seeded("trial", backend.seed, str(item_id), str(generator)).standard_normal()
-    return float(backend.params["quality_mean"] + backend.params["sigma_b"] * z)
+    return float(p["quality_mean"] + p["sigma_b"] * z)
 
 
 def round1_stable(backend: SyntheticBackend, item_id: str, generator: str) -> bool:
@@ -305,7 +394,7 @@ def _generate(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any
     what = "study='conformity' role='generator'"
     require(meta, ("item_id", "generator", "condition"), what)
     cond = choice(meta, "condition", GENERATION_CONDITIONS, what)
-    p = backend.params
+    p = request_params(backend, meta)
     u_empty, eps = rng.random(), rng.standard_normal()
     if cond == "anchor_correct":
         theta = p["theta_anchor"]
@@ -315,7 +404,7 @@ def _generate(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any
         eta = 0.0 if cond == "round1" else p["eta"][cond]
         if cond == "round1" and round1_stable(backend, meta["item_id"], meta["generator"]):
             eps = seeded("round1", backend.seed, str(meta["item_id"]), str(meta["generator"])).standard_normal()
-        theta = trial_baseline(backend, meta["item_id"], meta["generator"]) + eta + p["sigma_theta"] * eps
+        theta = trial_baseline(backend, meta["item_id"], meta["generator"], p) + eta + p["sigma_theta"] * eps
     if u_empty < p["empty_rate"]:
         return "", "stop", {}
     sentence = next(s for cut, s in _BANDS if theta >= cut)
@@ -340,7 +429,7 @@ def _judge(backend: SyntheticBackend, req: LLMRequest, meta: Mapping[str, Any], 
     theta = parse_quality_tag(last_user)
     if theta is None:
         raise MetaError("synthetic judge: no '[synthetic q=...]' tag in the last user message")
-    p = backend.params
+    p = request_params(backend, meta)
     alpha = p["alpha"] * (p["reference_free_alpha_scale"] if ref == "free" else 1.0)
     mu = alpha * (theta - p["beta"]) + (p["gamma"] * d if pas == "informed" else 0.0)
     gen = meta.get("generator")

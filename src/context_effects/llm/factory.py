@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from context_effects.llm.backends.base import Backend
+from context_effects.llm.pricing import effective_prices
 from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import ModelRef
 
@@ -82,8 +83,11 @@ def make_backend(
             "max_retry_time_s": cfg.get("max_retry_time_s", 600.0),
             "use_batch_api": cfg.get("use_batch_api", False),
         }
-        if cfg.get("price"):
-            common["prices"] = {str(cfg["model_id"]): dict(cfg["price"])}
+        # The config's price, else the shipped dated one (llm/costs.yaml): a ledger, and
+        # so run.budget_usd, can count only the calls whose price is known.
+        prices = effective_prices(cfg)
+        if prices:
+            common["prices"] = prices
         if cfg.get("api_key_env"):
             common["api_key_env"] = cfg["api_key_env"]
         if backend == "openai":

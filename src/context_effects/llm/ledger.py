@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -270,3 +271,73 @@ class AttemptLog:
 
     def clear(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+class RunBudget:
+    """``run.budget_usd``: what the answering jobs of a run may pay together (USD).
+
+    What was paid is read from the attempts logs of every shard under ``attempts_root``
+    (``results/ledgers/.attempts``), the last record of each attempt: they hold every
+    attempt's spending, finished, failed, killed or still running (a running attempt
+    logs at each checkpoint), and, unlike the ledgers, Snakemake never deletes them. The
+    attempt asking (``exclude_attempt``) counts with its live ledger instead of its last
+    checkpoint. Other jobs' spending is read again at most every ``refresh_s`` seconds, so
+    parallel jobs each see the others' spending up to their last checkpoint and
+    ``refresh_s`` late: the run can pass the budget by what is in flight meanwhile (at
+    most each job's concurrency in calls), never by a new batch.
+
+    Calls of a model without a known price add nothing: the run's start refuses a budget
+    whose estimate has an unpriced hosted model (``context_effects.costs``), and the shipped price
+    table (``llm/costs.yaml``) prices the paper config's hosted models.
+    """
+
+    def __init__(
+        self,
+        limit_usd: float,
+        attempts_root: str | os.PathLike[str],
+        *,
+        exclude_attempt: str | None = None,
+        refresh_s: float = 5.0,
+    ) -> None:
+        if limit_usd < 0:
+            raise ValueError(f"budget must be >= 0 USD, got {limit_usd}")
+        self.limit_usd = float(limit_usd)
+        self.root = Path(attempts_root)
+        self.exclude_attempt = exclude_attempt
+        self.refresh_s = refresh_s
+        self._elsewhere: float | None = None
+        self._read_at = 0.0
+
+    def for_attempt(self, attempt: str) -> "RunBudget":
+        """The same budget, seen from one answering attempt (its live ledger counts)."""
+        return RunBudget(self.limit_usd, self.root, exclude_attempt=attempt, refresh_s=self.refresh_s)
+
+    def spent_elsewhere(self) -> float:
+        """USD every other attempt in the run has paid, as its attempts log says."""
+        now = time.monotonic()
+        if self._elsewhere is None or now - self._read_at >= self.refresh_s:
+            self._elsewhere = paid_in_logs(self.root, exclude_attempt=self.exclude_attempt)
+            self._read_at = now
+        return self._elsewhere
+
+    def spent(self, live: Ledger | None = None) -> float:
+        return self.spent_elsewhere() + (live.cost_usd if live is not None else 0.0)
+
+    def reached(self, live: Ledger | None = None) -> bool:
+        return self.spent(live) >= self.limit_usd
+
+
+def paid_in_logs(root: str | os.PathLike[str], *, exclude_attempt: str | None = None) -> float:
+    """USD paid by every attempt recorded in the attempts logs under ``root`` (the last
+    record of each attempt; ``exclude_attempt`` left out)."""
+    total = 0.0
+    base = Path(root)
+    if not base.is_dir():
+        return 0.0
+    for path in sorted(base.rglob("*.jsonl")):
+        if path.name.endswith(".answers.jsonl"):
+            continue  # an answer journal beside its log, not an attempts log
+        for rec in AttemptLog(path).previous():
+            if rec.get("attempt") != exclude_attempt:
+                total += float(rec.get("cost_usd") or 0.0)
+    return total

@@ -2,14 +2,30 @@
 
 An unknown price is ``None``, never 0: a ledger that silently adds zero for a
 model nobody priced would under-report what a run cost.
+
+Where a model's price comes from (:func:`model_price`): ``models.<name>.price`` in the
+config, else the dated table of hosted-model prices shipped as data in ``costs.yaml``
+beside this module (with the date the prices were read and the pages they were read
+from), else nowhere: unknown.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import yaml
+
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok")
+#: Prices of hosted models and the GPU throughput assumption (docs/costs.md).
+COSTS = Path(__file__).with_name("costs.yaml")
+#: Backends that bill per token (the others run on hardware the run holds).
+BILLED = frozenset({"openai", "anthropic", "openai_compatible"})
+#: The Batch APIs of these backends bill half the synchronous price
+#: (``HostedAPIBackend.batch_discount``).
+BATCH_DISCOUNT = {"openai": 0.5, "anthropic": 0.5}
 
 
 def estimate_cost(
@@ -46,3 +62,54 @@ def price_table_from_models(models_config: Mapping[str, Mapping[str, Any]]) -> d
             continue
         table[str(cfg.get("model_id", name))] = {f: float(price[f]) for f in PRICE_FIELDS}
     return table
+
+
+@functools.lru_cache(maxsize=4)
+def load_costs(path: str | Path = COSTS) -> dict[str, Any]:
+    """``costs.yaml``: ``prices`` (``read``, ``from``, ``models``) and ``gpu_throughput``."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    for model_id, entry in data["prices"]["models"].items():
+        missing = [f for f in (*PRICE_FIELDS, "backend") if f not in entry]
+        if missing:
+            raise ValueError(f"{path}: prices.models.{model_id} lacks {', '.join(missing)}")
+    return data
+
+
+def prices_read() -> str:
+    """The date the shipped prices were read (``costs.yaml``)."""
+    return str(load_costs()["prices"]["read"])
+
+
+def model_price(cfg: Mapping[str, Any]) -> tuple[dict[str, float] | None, str]:
+    """``(price, where it comes from)`` for one ``models:`` entry.
+
+    The config's ``price`` wins; else a hosted model's entry in ``costs.yaml`` under its
+    exact model id and backend; else ``(None, "unpriced")``. A model of a local backend
+    (vLLM, synthetic, replay) costs no USD per token: ``({0, 0}, "local")``, its cost is
+    GPU time, which the estimate reports apart.
+    """
+    if cfg.get("price"):
+        return {f: float(cfg["price"][f]) for f in PRICE_FIELDS}, "config"
+    backend = str(cfg.get("backend", ""))
+    if backend not in BILLED:
+        return {f: 0.0 for f in PRICE_FIELDS}, "local"
+    entry = load_costs()["prices"]["models"].get(str(cfg.get("model_id")))
+    if entry is None or entry["backend"] != backend:
+        return None, "unpriced"
+    return {f: float(entry[f]) for f in PRICE_FIELDS}, f"costs.yaml, read {prices_read()}"
+
+
+def effective_prices(cfg: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """The price table a hosted backend is given for one model (``model_id -> price``):
+    the config's price or the shipped one, nothing for an unpriced model."""
+    price, _ = model_price(cfg)
+    if price is None or str(cfg.get("backend", "")) not in BILLED:
+        return {}
+    return {str(cfg["model_id"]): price}
+
+
+def batch_factor(cfg: Mapping[str, Any]) -> float:
+    """What a model's calls cost relative to the listed price (0.5 through a Batch API)."""
+    if cfg.get("use_batch_api"):
+        return BATCH_DISCOUNT.get(str(cfg.get("backend", "")), 1.0)
+    return 1.0

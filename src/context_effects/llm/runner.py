@@ -20,6 +20,10 @@ accounting, so never-pay-twice and resume are implemented once:
   (``attempt + 1``) as the policy builds it; after ``max_attempts`` the item is
   returned as a miss carrying its reason in ``error`` (prefixed
   ``INVALID_PREFIX``), never as a score;
+* with ``budget`` set (``run.budget_usd``, a ``ledger.RunBudget``) nothing more is
+  sent once what the whole run has paid reaches it: checked before every batch and
+  as each answer arrives; the calls in flight come back and are stored (they are paid
+  for), and :class:`BudgetReached` names the spending, the budget and how to go on;
 * an empty reply cut off at the output budget (``replies.BUDGET_EXHAUSTED``) is
   stored and missing at once, never re-asked: the same budget buys the same empty
   reply. Once such replies are the rule (``BUDGET_STOP_AFTER``) the runner sends
@@ -36,12 +40,11 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 from context_effects.llm.backends.base import Backend
-from context_effects.llm.ledger import Ledger
+from context_effects.llm.ledger import Ledger, RunBudget
 from context_effects.llm.pricing import estimate_cost
 from context_effects.llm.replies import BUDGET_EXHAUSTED, ReplyPolicy, accept_any, no_answer_reason
 from context_effects.llm.secrets import redact
@@ -103,6 +106,26 @@ def budget_message(request: LLMRequest, model_name: str | None, exhausted: int, 
         f"on reasoning tokens first. Stopped after {calls} calls this attempt instead of asking the rest at the same "
         f"budget. Raise models.{name}.capabilities.min_output_tokens above {budget} (e.g. {max(4 * budget, 2048)}) "
         "and rerun; the replies paid for are stored, and counted in the next ledger of this shard."
+    )
+
+
+class BudgetReached(RuntimeError):
+    """What the run has paid reached ``run.budget_usd``: the job sent nothing more.
+
+    Every answer received is in the store and the ledger is checkpointed, so a rerun
+    with a raised budget asks only what is not stored and pays nothing twice.
+    """
+
+
+def run_budget_message(budget: RunBudget, spent: float, calls: int, model_name: str | None) -> str:
+    """Why the runner stopped for the run's budget, and how to go on."""
+    who = f"model {model_name}: " if model_name else ""
+    return (
+        f"{who}the run has paid ${spent:,.4f} of its budget run.budget_usd = ${budget.limit_usd:,.2f} "
+        f"(every answering job's attempts log under {budget.root}); stopped sending after {calls} calls "
+        "this attempt. Every answer received is stored and counted. To go on, raise run.budget_usd "
+        "and rerun: stored answers are not paid again. `snakemake estimate` prints what the whole "
+        "run is expected to cost (docs/costs.md)."
     )
 
 
@@ -401,9 +424,29 @@ def _duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-def _batches(items: Sequence[Any], size: int) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
+#: Under a budget, the first batch of an attempt that streams its calls is this small:
+#: its cost per call sizes every later batch (``budgeted_batch``).
+BUDGET_PROBE = 1
+
+
+def budgeted_batch(budget: RunBudget, led: Ledger, calls_before: int, batch_size: int, backend: Backend) -> int:
+    """How many requests the next batch may hold under the run's budget.
+
+    A backend sends the calls of a batch faster than their answers are counted, so a
+    stop at the budget alone could let several more calls out. Batches are therefore
+    sized to what is left of the budget at this attempt's mean cost per call: the run
+    passes its budget by about one call, plus what other jobs have in flight. Until a
+    call of this attempt has a price, one call is sent to learn it (a Batch API job,
+    whose round trip takes minutes to hours, is not probed: its first batch is full).
+    """
+    calls = led.calls - calls_before
+    if calls <= 0:
+        return batch_size if getattr(backend, "use_batch_api", False) else min(batch_size, BUDGET_PROBE)
+    if led.cost_usd <= 0:
+        return batch_size  # its calls cost nothing that is known: the budget cannot size them
+    per_call = led.cost_usd / calls
+    left = budget.limit_usd - budget.spent(led)
+    return max(1, min(batch_size, int(left // per_call)))
 
 
 def run_requests(
@@ -423,6 +466,7 @@ def run_requests(
     on_checkpoint: Callable[[Ledger], None] | None = None,
     journal: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
+    budget: RunBudget | None = None,
 ) -> list[LLMResult]:
     """Answer ``requests`` (results in the same order), calling ``backend`` only for store misses.
 
@@ -438,7 +482,8 @@ def run_requests(
     ``journal``: a file where each answer of an incremental backend is appended as it
     arrives; answers an earlier, killed run journaled are stored before anything is
     asked (:class:`AnswerJournal`). ``model_name``: the model's name under ``models:``,
-    for the message of :class:`OutputBudgetExhausted`.
+    for the message of :class:`OutputBudgetExhausted`. ``budget``: the run's spending
+    limit (:class:`BudgetReached`); this call's ``ledger`` counts as live spending.
     """
     requests = list(requests)
     if batch_size < 1:
@@ -515,6 +560,16 @@ def run_requests(
     def stopping() -> bool:
         return stop is not None and stop.is_set()
 
+    # The run's budget: once reached, the calls in flight come back (paid) and nothing new is sent.
+    run_budget_stop = False
+
+    def over_budget() -> bool:
+        return budget is not None and budget.reached(led)
+
+    def stop_for_run_budget() -> BudgetReached:
+        assert budget is not None
+        return BudgetReached(run_budget_message(budget, budget.spent(led), led.calls - calls_before, model_name))
+
     # Replies empty at the output budget, and the other replies that came back.
     exhausted: list[LLMRequest] = []
     replied = 0
@@ -575,9 +630,15 @@ def run_requests(
                 raise stop_for_budget()
 
             miss_keys = list(misses)
-            for chunk in _batches(miss_keys, batch_size):
+            sent_upto = 0
+            while sent_upto < len(miss_keys):
                 if stopping():
                     raise StopRequested("stopped before sending the next batch; every answer received is stored")
+                if over_budget():
+                    raise stop_for_run_budget()
+                size = batch_size if budget is None else budgeted_batch(budget, led, calls_before, batch_size, backend)
+                chunk = miss_keys[sent_upto : sent_upto + size]
+                sent_upto += len(chunk)
                 batch = [current[misses[k][0]] for k in chunk]
                 wanted = {r.key: r for r in batch}
                 got: dict[str, LLMResult] = {}
@@ -611,6 +672,9 @@ def run_requests(
                             # The calls in flight still come back (paid); nothing new is sent.
                             budget_stop = True
                             backend.request_stop()
+                        if not run_budget_stop and over_budget():
+                            run_budget_stop = True
+                            backend.request_stop()
                 finally:
                     # Also when the backend raised or the job is being interrupted:
                     # cancel what is still running, then store whatever was
@@ -624,6 +688,8 @@ def run_requests(
                     bar.batch_done(led)
                 if budget_stop:
                     raise stop_for_budget()
+                if run_budget_stop:
+                    raise stop_for_run_budget()
                 if stopping() and len(got) < len(batch):
                     raise StopRequested(
                         f"stopped with {len(batch) - len(got)} of {len(batch)} requests of a batch not sent; "
@@ -640,6 +706,8 @@ def run_requests(
             pending = follow_up
             if pending and stopping():
                 raise StopRequested("stopped before the re-asks; every answer received is stored")
+            if pending and over_budget():
+                raise stop_for_run_budget()
     finally:
         bar.close()
         checkpoint()

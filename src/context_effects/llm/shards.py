@@ -24,12 +24,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from context_effects.llm.ledger import RUNNING, AttemptLog, Ledger
+from context_effects.llm.ledger import RUNNING, AttemptLog, Ledger, RunBudget
 from context_effects.llm.replies import resolve_policy
 from context_effects.llm.runner import (
     FLUSH_EVERY,
     FLUSH_INTERVAL_S,
     AnswerJournal,
+    BudgetReached,
     OutputBudgetExhausted,
     StopRequested,
     invalid_reason,
@@ -426,6 +427,7 @@ def answer_shard(
     model_name: str | None = None,
     lock_wait_s: float | None = None,
     on_step: Callable[[str], None] | None = None,
+    budget: RunBudget | None = None,
 ) -> Ledger:
     """Answer one shard; answers are in the store as they arrive, and a killed job's spending is kept.
 
@@ -448,7 +450,8 @@ def answer_shard(
     a rule raise :class:`~context_effects.llm.runner.OutputBudgetExhausted`, whose
     message names ``model_name`` (the model's name under ``models:``) and the setting
     to raise. ``on_step(name)`` is called after each step of the shard's end
-    (:data:`END_STEPS`).
+    (:data:`END_STEPS`). ``budget`` (``run.budget_usd``) stops sending once the whole
+    run has paid it, raising :class:`~context_effects.llm.runner.BudgetReached`.
     """
     requests, policy = read_request_shard(requests_path)
     reply_policy = resolve_policy(policy["reply_policy"], policy["policy_params"])
@@ -461,7 +464,7 @@ def answer_shard(
             requests, policy, reply_policy, requests_path, responses_path, ledger_path, backend, store, log, journal,
             batch_size=batch_size, progress=progress, flush_every=flush_every,
             flush_interval_s=flush_interval_s, stop_grace_s=stop_grace_s, handle_signals=handle_signals,
-            model_name=model_name, on_step=on_step or (lambda step: None),
+            model_name=model_name, on_step=on_step or (lambda step: None), budget=budget,
         )
     finally:
         lock.release()
@@ -487,6 +490,7 @@ def _answer_locked(
     handle_signals: bool,
     model_name: str | None,
     on_step: Callable[[str], None],
+    budget: RunBudget | None = None,
 ) -> Ledger:
     """``answer_shard`` once this process holds the shard's lock."""
     # Only the lock holder may take a journal for a killed attempt's.
@@ -520,6 +524,8 @@ def _answer_locked(
                 on_checkpoint=lambda _: record(RUNNING),
                 journal=journal.path,
                 model_name=model_name,
+                # This attempt counts with its live ledger, not its last checkpoint in the log.
+                budget=budget.for_attempt(attempt) if budget is not None else None,
             )
         except StopRequested as exc:
             record(f"interrupted by {signals.name} after the calls in flight came back: {exc}")
@@ -529,6 +535,9 @@ def _answer_locked(
             raise
         except OutputBudgetExhausted:
             record("stopped: replies empty at the output budget")
+            raise
+        except BudgetReached:
+            record("stopped: the run's budget (run.budget_usd) reached")
             raise
         except BaseException as exc:
             record(f"failed: {type(exc).__name__}")

@@ -34,6 +34,7 @@ from context_effects.measurement.report import (
     _spec,
     load_fit,
 )
+from context_effects.measurement.records import expected_for
 
 #: Table 3's quantities in its column order: (block, condition, label).
 ETA_QUANTITIES = tuple(("total_shift", c, CONDITION_LABELS[c]) for c in TABLE3_CONDITIONS) + (
@@ -87,7 +88,8 @@ def load_results(paths: Sequence[str | Path], settings: Mapping[str, Any]) -> di
     results = {}
     for d in settings["fits"]:
         spec = _spec(d)
-        results[(spec.dataset, spec.variant)] = load_fit(spec, _fit_folder(spec, paths), settings["thresholds"])
+        results[(spec.dataset, spec.variant)] = load_fit(spec, _fit_folder(spec, paths), settings["thresholds"],
+                                                         expected_for(settings["made_with"], spec))
     return results
 
 

@@ -1047,15 +1047,26 @@ def save_fit(
     summary_path: str | os.PathLike,
     diagnostics_path: str | os.PathLike | None = None,
     include_locals: bool = False,
+    *,
+    attrs: Mapping[str, str] | None = None,
+    summary_columns: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Posterior draws → NetCDF (ArviZ), summary → CSV, diagnostics → JSON."""
+    """Posterior draws → NetCDF (ArviZ), summary → CSV, diagnostics → JSON.
+
+    ``attrs`` go into the posterior group's attributes, ``summary_columns`` into every row
+    of the summary as constant columns, ``extra`` into the diagnostics (the workflow writes
+    what the fit was made with into each file this way: ``measurement.pipeline.run_fit``)."""
     for p in (netcdf_path, summary_path, diagnostics_path):
         if p is not None:
             Path(p).parent.mkdir(parents=True, exist_ok=True)
-    to_inference_data(fit, include_locals=include_locals).to_netcdf(str(netcdf_path))
-    summarize(fit).to_csv(summary_path, index=False)
+    idata = to_inference_data(fit, include_locals=include_locals)
+    idata.posterior.attrs.update(dict(attrs or {}))
+    idata.to_netcdf(str(netcdf_path))
+    summarize(fit).assign(**dict(summary_columns or {})).to_csv(summary_path, index=False)
     if diagnostics_path is not None:
         diag = diagnostics(fit) if fit.method == "nuts" else {"method": fit.method, "timings": fit.timings}
+        diag.update(dict(extra or {}))
         diag["settings"] = fit.settings
         diag["data"] = {
             "n_ratings": fit.data.n_ratings,

@@ -29,6 +29,10 @@ variant                           data and model                                
                                   ``fit.generator_mean_sensitivity``
 ``decomposition-generator-mean``  ``decomposition`` with the same baseline means             9,
                                                                                              table3_generator_mean
+``blind-quality``                 blind ratings alone of the main corpus of every execution  9, 15,
+                                  (``conformity.seeds``), same panel and model: the "blind   conformity_quality
+                                  latent quality" θ̂ that Table 15 correlates with the
+                                  external metrics
 ================================  =========================================================  ===============
 
 The anchor-scale refits are refits of the decomposition fit: seed 002's Table 20 row at
@@ -43,8 +47,13 @@ generators differ in mean quality, the shrinkage of b_t toward 0 is absorbed int
 generator's shifts η. The generator-mean fits measure how much that moves the reported
 estimates; they never replace the primary ones.
 
-No fit of the seed-43/44 executions: seed 002 (§2.2) uses them "only to assess
-reproducibility"; they never enter a hierarchical fit and no table reports one.
+The seed-43/44 executions enter no fit that estimates a condition effect: seed 002 (§2.2)
+keeps them out of "the primary hierarchical fit". They enter the ``blind-quality`` fit only,
+whose per-answer θ̂ Table 15 needs for "non-anchor answers (n = 48,000 per dataset)", i.e.
+500 × 4 × 8 answers of each of the three executions; its shifts and loadings are printed by
+no table (its γ_j meets no informed rating and stays at its prior). Each execution's
+(item, generator) is a trial of its own (the ratings table's trial_id holds the seed);
+docs/deviations.yaml#table15-answer-scope.
 
 A variant that cannot be fitted under a configuration is left out of the plan with a
 reason (``omitted_fits``) that the tables print instead of a number: hosted refits with no
@@ -63,6 +72,7 @@ sampling diagnostics", and table3_reference_free sets it beside Table 3.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -75,15 +85,17 @@ import pandas as pd
 from context_effects.measurement.data import RatingsError, model_family
 
 KINDS = ("main", "decomposition", "self-excluded", "theta", "hosted", "generator-mean", "decomposition-generator-mean",
-         "reference-free")
+         "reference-free", "blind-quality")
 REFERENCE_FREE = "reference-free"
+#: Variant name (= kind) of Table 15's blind-only fit over every execution.
+BLIND_QUALITY = "blind-quality"
 #: ``reference`` value of the anchor ratings each anchor scoring keeps (judge stage).
 ANCHOR_REFERENCES = ("augmented", "free")
 #: Variant name (= kind) of the generator-mean refit of each base kind.
 GENERATOR_MEAN_VARIANTS = {"main": "generator-mean", "decomposition": "decomposition-generator-mean"}
 #: Columns of the judge stage's ratings table that selecting a fit's rows needs
 #: (on top of the measurement contract of ``measurement.data``).
-SELECTION_COLUMNS = ("corpus", "seed", "reference")
+SELECTION_COLUMNS = ("corpus", "seed", "reference", "pass")
 QUALITY_COLUMNS = ("answer_id", "theta_mean", "theta_sd", "dataset", "corpus", "seed", "generator", "item_id",
                    "condition")
 DECOMPOSITION_TABLES = {"truthfulqa": 10, "mmlu_pro": 11, "arc_challenge": 12}
@@ -99,7 +111,7 @@ def without_added_defaults(settings: Mapping[str, Any], added: Mapping[str, Any]
 
 
 #: FitSpec fields added after fits existed, with their defaults (see without_added_defaults).
-SPEC_ADDED_DEFAULTS = {"generator_mean": False, "anchor_reference": "augmented"}
+SPEC_ADDED_DEFAULTS = {"generator_mean": False, "anchor_reference": "augmented", "seeds": [], "blind_only": False}
 
 
 @dataclass(frozen=True)
@@ -119,10 +131,25 @@ class FitSpec:
     hosted_judge: str | None = None
     generator_mean: bool = False
     anchor_reference: str = "augmented"
+    #: Executions whose experimental answers enter (empty: ``seed`` alone).
+    seeds: tuple[int, ...] = ()
+    #: Blind ratings only: no informed pass, so γ_j meets no data and keeps its prior.
+    blind_only: bool = False
+
+    def __post_init__(self):
+        # Spec dicts (rule params, table settings, JSON) hold lists; a spec holds tuples.
+        object.__setattr__(self, "judges", tuple(self.judges))
+        object.__setattr__(self, "seeds", tuple(int(x) for x in self.seeds))
+
+    @property
+    def executions(self) -> tuple[int, ...]:
+        """The seeds whose experimental ratings the fit selects."""
+        return self.seeds or (self.seed,)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["judges"] = list(self.judges)
+        d["seeds"] = list(self.seeds)
         return without_added_defaults(d, SPEC_ADDED_DEFAULTS)
 
 
@@ -225,6 +252,10 @@ def _plan(config: Mapping[str, Any]) -> tuple[list[FitSpec], dict[str, str]]:
     else:
         omitted[REFERENCE_FREE] = ("the reference-free anchor refits are switched off "
                                    "(fit.reference_free_sensitivity)")
+    # Table 15's θ̂ (module docstring): the main corpus of every execution, blind ratings only.
+    executions = tuple(int(x) for x in c["seeds"])
+    plan.extend(FitSpec(ds, BLIND_QUALITY, BLIND_QUALITY, seeds=executions, blind_only=True, **base)
+                for ds in datasets)
     for base_kind, variant in GENERATOR_MEAN_VARIANTS.items():
         bases = [s for s in gm_bases if s.kind == base_kind]
         if not f["generator_mean_sensitivity"]:
@@ -243,31 +274,90 @@ def find_spec(config: Mapping[str, Any], dataset: str, variant: str) -> FitSpec:
     raise KeyError(f"no fit {dataset}/{variant} in this configuration's plan")
 
 
+# ----------------------------------------------------------------------------- what a fit is made with
+
+
+#: ``conformity.fit`` keys that decide which fits exist or how tables judge them, not how a
+#: fit runs: changing one reruns the tables, never the fits.
+PLAN_KEYS = (
+    "theta_anchor_sensitivity",
+    "theta_anchor_datasets",
+    "generator_mean_sensitivity",
+    "reference_free_sensitivity",
+    "max_rhat",
+    "min_ess_bulk",
+    "min_ess_tail",
+    "max_divergences",
+)
+#: Sampler settings added after fits existed, with their defaults (``without_added_defaults``).
+SAMPLER_ADDED_DEFAULTS = {"init": "median"}
+#: Where a fit's files keep the record of what they were made with (``fit_record``): the
+#: key of diagnostics.json, the attribute of posterior.nc's posterior group and the
+#: schema metadata key of quality.parquet, each holding the record as JSON; summary.csv,
+#: which has no place for metadata, holds its SHA-256 in a column of that name.
+RECORD_KEY = "made_with"
+RECORD_SHA256_COLUMN = "made_with_sha256"
+
+
+def sampler_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampler settings alone (``conformity.fit`` without plan and diagnostic keys): the
+    fit rule's ``settings`` param."""
+    fit = config["conformity"]["fit"]
+    return without_added_defaults({k: v for k, v in fit.items() if k not in PLAN_KEYS}, SAMPLER_ADDED_DEFAULTS)
+
+
+def fit_families(config: Mapping[str, Any], spec: FitSpec) -> dict[str, str]:
+    """Model family of the fit's judges and generators (self-rating exclusion, Table 17):
+    the fit rule's ``families`` param."""
+    names = set(spec.judges) | set(config["conformity"]["generators"])
+    return {name: family_of(config, name) for name in sorted(names)}
+
+
+def fit_record(spec: FitSpec, settings: Mapping[str, Any], families: Mapping[str, str]) -> dict[str, Any]:
+    """What a fit is made with: the fit rule's three params (spec, sampler settings, model
+    families), as every file of the fit records them and its readers compare them."""
+    return json.loads(json.dumps({"spec": spec.as_dict(), "settings": dict(settings), "families": dict(families)}))
+
+
+def made_with(config: Mapping[str, Any], spec: FitSpec) -> dict[str, Any]:
+    """The record a fit of ``spec`` made under ``config`` carries (``fit_record`` of the same
+    functions the fit rule's params come from)."""
+    return fit_record(spec, sampler_settings(config), fit_families(config, spec))
+
+
+def record_sha256(record: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
 # ----------------------------------------------------------------------------- data
 
 
 def select_ratings(table: pd.DataFrame, spec: FitSpec) -> pd.DataFrame:
     """The rows of the judge stage's ratings table that enter ``spec``'s fit.
 
-    Experimental answers of the spec's corpus and seed plus the anchor ratings of the spec's
-    anchor scoring (reference-augmented but in the ``reference-free`` refit; module
-    docstring), by the spec's judges only — a hosted judge's ratings never reach a
-    four-judge fit.
+    Experimental answers of the spec's corpus and executions (``FitSpec.executions``; blind
+    ratings only in a ``blind_only`` fit) plus the anchor ratings of the spec's anchor
+    scoring (reference-augmented but in the ``reference-free`` refit; module docstring), by
+    the spec's judges only — a hosted judge's ratings never reach a four-judge fit.
     """
     missing = [col for col in SELECTION_COLUMNS if col not in table.columns]
     if missing:
         raise RatingsError(
             f"ratings table lacks column(s) {missing} needed to select a fit's rows "
-            f"(the judge stage's table has corpus, seed and reference)"
+            f"(the judge stage's table has corpus, seed, reference and pass)"
         )
     seed = pd.to_numeric(table["seed"], errors="coerce")
-    experimental = (table["corpus"] == spec.corpus) & (seed == spec.seed)
+    experimental = (table["corpus"] == spec.corpus) & seed.isin(spec.executions)
+    if spec.blind_only:
+        experimental &= table["pass"] == "blind"
     anchors = (table["corpus"] == "anchor") & (table["reference"] == spec.anchor_reference)
     rows = table.loc[(experimental | anchors) & table["judge"].isin(spec.judges)].reset_index(drop=True)
-    if not (rows["corpus"] == spec.corpus).any():
+    rated = set(pd.to_numeric(rows.loc[rows["corpus"] == spec.corpus, "seed"], errors="coerce"))
+    absent_seeds = [s for s in spec.executions if s not in rated]
+    if absent_seeds:
         raise RatingsError(
-            f"no {spec.corpus}-corpus ratings of seed {spec.seed} by judges {list(spec.judges)} in the "
-            f"{spec.dataset} ratings table"
+            f"no {spec.corpus}-corpus ratings of seed {', '.join(map(str, absent_seeds))} by judges "
+            f"{list(spec.judges)} in the {spec.dataset} ratings table"
         )
     absent = sorted(set(spec.judges) - set(rows["judge"]))
     if absent:
@@ -292,7 +382,8 @@ def run_fit(
     log=None,
 ) -> dict[str, Any]:
     """Fit ``spec`` on a ratings table and write posterior.nc, summary.csv, diagnostics.json
-    and quality.parquet into ``out_dir``. ``settings`` is the config's ``conformity.fit``."""
+    and quality.parquet into ``out_dir``, each with the record of ``spec``, ``settings`` and
+    ``families`` (``fit_record``). ``settings`` is ``sampler_settings`` of the config."""
     from context_effects.measurement.data import prepare_data
     from context_effects.measurement.fit import fit_nuts, fit_svi, save_fit
 
@@ -317,11 +408,13 @@ def run_fit(
     else:
         fit = fit_svi(data, steps=int(settings["svi_steps"]), guide=settings["svi_guide"],
                       num_draws=int(settings["samples"]), **common)
-    save_fit(fit, out / "posterior.nc", out / "summary.csv", out / "diagnostics.json")
+    record = fit_record(spec, settings, families)
+    save_fit(fit, out / "posterior.nc", out / "summary.csv", out / "diagnostics.json",
+             attrs={RECORD_KEY: json.dumps(record, sort_keys=True)},
+             summary_columns={RECORD_SHA256_COLUMN: record_sha256(record)},
+             extra={"fit": spec.as_dict(), RECORD_KEY: record})
     diag = json.loads((out / "diagnostics.json").read_text())
-    diag["fit"] = spec.as_dict()
-    (out / "diagnostics.json").write_text(json.dumps(diag, indent=2, default=float) + "\n", encoding="utf-8")
-    quality_frame(fit, rows).to_parquet(out / "quality.parquet", index=False)
+    write_quality(quality_frame(fit, rows), out / "quality.parquet", record)
     if log:
         log.info("%s/%s fitted in %.1f s: %s", spec.dataset, spec.variant, fit.timings.get("total_s", float("nan")),
                  {k: diag.get(k) for k in ("max_rhat", "min_ess_bulk", "min_ess_tail", "divergences")})
@@ -342,6 +435,16 @@ def quality_frame(fit, rows: pd.DataFrame) -> pd.DataFrame:
         if col not in q.columns:
             q[col] = None
     return q.loc[:, list(QUALITY_COLUMNS)].reset_index(drop=True)
+
+
+def write_quality(quality: pd.DataFrame, path: str | os.PathLike, record: Mapping[str, Any]) -> None:
+    """quality.parquet with the fit's record in its schema metadata (``RECORD_KEY``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(quality, preserve_index=False)
+    meta = {**(table.schema.metadata or {}), RECORD_KEY.encode(): json.dumps(record, sort_keys=True).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), path)
 
 
 # ----------------------------------------------------------------------------- checks

@@ -7,7 +7,9 @@ fit's γ_j; Table 4 prints the primary dataset's alone, as the paper does).
 The tables are entries of Study C's registry (``context_effects.conformity.outputs``),
 which holds their captions, labels and formats; this module builds their rows and notes.
 Inputs are only what each fit wrote (``summary.csv``, ``diagnostics.json``; see
-``measurement.pipeline``) — never draws — so a table rebuilds in a second. Cells report
+``measurement.pipeline``) — never draws — so a table rebuilds in a second; a fit whose
+files were made with other settings than the config gives is refused
+(``measurement.records``). Cells report
 posterior means with 95% credible intervals, ``"+0.257 [+0.220, +0.292]"``, as the paper
 prints them. A fit whose diagnostics fail the configured thresholds is marked in the
 table's ``Diagnostics`` column and named, with the reasons, in a note under the table;
@@ -27,6 +29,7 @@ import pandas as pd
 
 from context_effects.conformity.conditions import DATASET_LABELS, PEER_CONDITIONS
 from context_effects.measurement.pipeline import (
+    BLIND_QUALITY,
     DECOMPOSITION_TABLES,
     GENERATOR_MEAN_VARIANTS,
     REFERENCE_FREE,
@@ -39,6 +42,7 @@ from context_effects.measurement.pipeline import (
     specs_for,
     thresholds_of,
 )
+from context_effects.measurement.records import check_fit_folder, expected_for, fit_keys
 from context_effects.outputs import Built
 from context_effects.tables import run_notes
 
@@ -77,10 +81,14 @@ class FitResult:
         return None if hits.empty else hits.iloc[0]
 
 
-def load_fit(spec: FitSpec, fit_dir: str | Path, thresholds: Mapping[str, Any]) -> FitResult:
+def load_fit(spec: FitSpec, fit_dir: str | Path, thresholds: Mapping[str, Any],
+             expected: Mapping[str, Any]) -> FitResult:
+    """One fit's summary and diagnostics, refused (``records.StaleFitError``) unless they
+    were made with ``expected`` (the fit's ``records.numbers_key`` under the config)."""
     d = Path(fit_dir)
     summary = pd.read_csv(d / "summary.csv")
     diag = json.loads((d / "diagnostics.json").read_text(encoding="utf-8"))
+    check_fit_folder(d, expected, summary=summary, diag=diag)
     return FitResult(spec, summary, diag, assess(diag, thresholds))
 
 
@@ -268,13 +276,15 @@ class Builder:
             return "Generator baseline means, decomposition corpus (table3_generator_mean)"
         if spec.kind == REFERENCE_FREE:
             return "Reference-free anchor scoring (table3_reference_free)"
+        if spec.kind == BLIND_QUALITY:
+            return "Blind ratings, every execution (Table 15)"
         return f"Five-judge panel, + {self.name(spec.hosted_judge)} (Table 4)"
 
     def table9(self) -> Built:
         cols = ["Fit", "Dataset", "R-hat", "ESS bulk", "ESS tail", "Divergences", "Chains", "Draws per chain",
                 "Method", "Diagnostics"]
         order = {"decomposition": 0, "main": 1, "self-excluded": 2, "theta": 3, "hosted": 4, REFERENCE_FREE: 5,
-                 "generator-mean": 6, "decomposition-generator-mean": 7}
+                 "generator-mean": 6, "decomposition-generator-mean": 7, BLIND_QUALITY: 8}
         rows, used = [], []
         for spec in sorted(self.plan, key=lambda s: order[s.kind]):
             res = self._res(spec)
@@ -603,6 +613,7 @@ def table_settings(config: Mapping[str, Any], number: str) -> dict[str, Any]:
         "thresholds": thresholds_of(f),
         "theta_anchor": float(f["theta_anchor"]),
         "theta_anchor_datasets": list(f["theta_anchor_datasets"]),
+        "made_with": fit_keys(config, fits),
         "run_kind": config["run"]["kind"],
     }
 
@@ -618,5 +629,6 @@ def build_table(number: str, settings: Mapping[str, Any]) -> Built:
     results = {}
     for d in settings["fits"]:
         spec = _spec(d)
-        results[(spec.dataset, spec.variant)] = load_fit(spec, fit_dir(spec), settings["thresholds"])
+        results[(spec.dataset, spec.variant)] = load_fit(spec, fit_dir(spec), settings["thresholds"],
+                                                         expected_for(settings["made_with"], spec))
     return Builder(settings, results).build(number)

@@ -5,7 +5,8 @@ and authority variant pooled, Round 2 arms no-peer / all-correct / mixed / all-w
 (the paper's n = 12,000 per peer cell and 6,000 for no-peer at full scale).
 
 Table 15: Spearman ρ (``scipy.stats.spearmanr``) between each answer's blind latent
-quality θ̂ (``theta_mean`` of the measurement fit) and each external metric over the
+quality θ̂ (``theta_mean`` of a measurement fit: the blind-quality fit of every execution
+for Table 15, the main fit for table15_main_fit) and each external metric over the
 non-anchor answers both tables hold; false endorsement enters negated (higher = better).
 
 Table 19 (model-free, blind ratings of the judge panel, hosted judges excluded, main

@@ -62,10 +62,6 @@ def read_infos(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
     return [json.loads(Path(p).read_text()) for p in paths]
 
 
-def _dataset_of(path: str | Path) -> str:
-    return Path(path).stem
-
-
 def table13(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
     df = summaries.lexical_table(read_metric_rows(inputs["metrics"]))
     return Built(df, [f"ROUGE-L with Porter stemming (rouge-score); METEOR (NLTK, alpha={s['meteor_alpha']}, "
@@ -91,12 +87,54 @@ def table14(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
     return Built(df, [_neural_note(read_infos(inputs["infos"])), *run_notes(s["run_kind"])])
 
 
+#: Table 15's last row: the answers each dataset's correlations cover (seed 002 prints
+#: "n = 48,000 per dataset" in the caption).
+N_ROW = "Answers (n)"
+
+
+def _checked_quality(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """Each dataset's quality table (``s["quality_fits"]``: the fit each comes from, in the
+    order of ``inputs["quality"]``), refused unless made with the config's settings."""
+    from context_effects.measurement.records import check_quality, expected_for
+
+    quality = {}
+    for name, path in zip(s["quality_fits"], inputs["quality"], strict=True):
+        dataset, variant = name.split("/")
+        check_quality(path, expected_for(s["made_with"], {"dataset": dataset, "variant": variant}))
+        quality[dataset] = pd.read_parquet(path)
+    return quality
+
+
+def _convergent(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> pd.DataFrame:
+    """Table 15's correlations (``summaries.convergent_validity``) and, last, the n row."""
+    df, n = summaries.convergent_validity(read_metric_rows(inputs["metrics"]), _checked_quality(inputs, s))
+    # object columns: the n row keeps integers beside the correlations (CSV and LaTeX)
+    df = df.astype(object)
+    df.loc[len(df)] = {"Metric": N_ROW, **{label: int(k) for label, k in n.items()}}
+    return df
+
+
 def table15(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
-    rows = read_metric_rows(inputs["metrics"])
-    quality = {_dataset_of(p): pd.read_parquet(p) for p in inputs["quality"]}
-    df, n = summaries.convergent_validity(rows, quality)
-    n_note = "; ".join(f"{d}: n = {k}" for d, k in n.items())
-    return Built(df, [f"Answers in both the quality and the metric tables ({n_note}).", *run_notes(s["run_kind"])])
+    """Seed 002's Table 15: θ̂ of the blind-only fit over every execution (``blind-quality``),
+    over every non-anchor answer of every execution (docs/deviations.yaml#table15-answer-scope)."""
+    seeds = ", ".join(str(x) for x in s["seeds"])
+    return Built(_convergent(inputs, s), [
+        f"theta-hat: posterior mean of each answer's latent quality in a fit of the blind ratings alone of the "
+        f"main corpus of every execution (seeds {seeds}; fit blind-quality, Table 9), the open-weight panel and "
+        f"the measurement model of Table 3. Rows: Spearman rho over the non-anchor answers of every execution "
+        f"in both the quality and the metric tables; the last row counts them. table15_main_fit has the same "
+        f"correlations with the main fit's theta-hat (primary execution, blind and informed ratings).",
+        *run_notes(s["run_kind"])])
+
+
+def table15_main_fit(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:
+    """Table 15 with each dataset's main-fit θ̂ (primary execution; blind and informed ratings)."""
+    return Built(_convergent(inputs, s), [
+        f"theta-hat: posterior mean of each answer's latent quality in the main fit (primary execution, seed "
+        f"{s['primary_seed']}; blind and informed ratings, Table 3's fit); Spearman rho over its non-anchor "
+        f"answers in the metric tables, counted in the last row. A sensitivity of Table 15, whose theta-hat "
+        f"comes from the blind ratings of every execution (docs/deviations.yaml#table15-answer-scope).",
+        *run_notes(s["run_kind"])])
 
 
 def table16(inputs: Mapping[str, Any], s: Mapping[str, Any]) -> Built:

@@ -21,7 +21,7 @@ did not write, no such row, a cell without a number) is *not* an error: the macr
 *n/a*, a ``%`` comment beside it says why, and the warnings list names it, because a demo
 run lacks many of the paper's cells.
 
-Always defined, whatever the spec: ``\\RunLabel``, ``\\RunKind`` (paper, demo or synthetic),
+Always defined, whatever the spec: ``\\RunLabel``, ``\\RunKind`` (paper, demo, synthetic or rehearsal),
 ``\\RunCaveat`` (the caveat of ``context_effects.tables.run_notes``; empty for a paper run)
 and the conditional ``\\ifPaperRun`` (``paper/preamble.tex``'s ``\\RunCaveatBox`` prints the
 caveat only when it is false).
@@ -292,7 +292,7 @@ def builtins(manifest: dict[str, Any] | None) -> tuple[dict[str, str], bool, lis
     run = (manifest.get("config") or {}).get("run") or {}
     label = manifest.get("label") or run.get("label")
     kind = manifest.get("kind") or run.get("kind")
-    if kind not in ("paper", "demo", "synthetic"):
+    if kind not in ("paper", "demo", "synthetic", "rehearsal"):
         warnings.append(f"RunKind: run kind {kind!r} unknown (no run manifest?): the caveat box is printed")
         caveat = "The kind of this run is unknown (no run manifest): these numbers are not findings."
         return {"RunLabel": latex_escape(label) if label else NA, "RunKind": NA,

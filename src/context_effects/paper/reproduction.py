@@ -13,6 +13,17 @@ column that reproduce it. A row's status:
   table or row, or the cell holds no estimate (its text says why);
 * ``not comparable`` — the run is a demo or synthetic run (tiny or simulated models), or
   the row names a model this run did not use. The reproduced value is still shown.
+
+A rehearsal run (``run.kind: rehearsal``: the paper's design on synthetic models planted
+with the published estimates, ``context_effects.rehearsal``) gives each row a rehearsal
+status instead:
+
+* ``recovered`` — a planted, model-based number lies inside the run's 95% interval;
+* ``missed`` — it does not; ``distance`` says by how much, in half-widths of the interval;
+* ``not planted`` — a number a synthetic world cannot carry (text metrics, classifier
+  scores, costs, sampler diagnostics, design settings) or a model-free number, which the
+  planted model predicts (the posterior-predictive section sets those beside the paper);
+* ``not produced`` — as above.
 """
 
 from __future__ import annotations
@@ -37,6 +48,7 @@ MODEL_COLUMNS = ("Model", "Generator", "Judge", "model", "generator", "judge")
 KIND_REASONS = {
     "demo": "demo run: tiny local models on a few items",
     "synthetic": "synthetic run: simulated models with planted effects",
+    "rehearsal": "rehearsal: the paper's design on simulated models planted with the published estimates",
 }
 
 
@@ -112,6 +124,8 @@ def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict
         "source": f"{p['table']} [{p['row']}] {p['column']}".strip() if p["table"] else "",
     }
     comparable = run_kind == "paper"
+    if run_kind == "rehearsal":
+        return _rehearse_row(p, out, results, frames)
     if p["table"] == "manifest":  # a design setting: compare with the run's resolved config
         return _compare_setting(p, out, results, run_kind, frames)
     if not p["table"]:
@@ -140,6 +154,45 @@ def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict
         return {**out, "status": "not comparable", "reason": KIND_REASONS.get(run_kind, f"{run_kind} run")}
     ok, rule = agrees(published, decimals, value, lower, upper, out["published_lower"], out["published_upper"])
     return {**out, "status": "agrees" if ok else "differs", "reason": f"{'meets' if ok else 'fails'} {rule}"}
+
+
+def _rehearse_row(p: Mapping[str, Any], out: dict[str, Any], results: Path, frames: dict) -> dict[str, Any]:
+    """A row's rehearsal status (module docstring)."""
+    from context_effects.rehearsal import row_role
+
+    role, why = row_role(p)
+    out["role"] = role
+    if role == "not produced":
+        return {**out, "status": "not produced", "reason": p["note"] or why}
+    if role == "setting":
+        return {**out, "status": "not planted", "reason": why}
+    try:
+        cell = lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
+    except MissingNumber as err:
+        return {**out, "status": "not produced", "reason": str(err)}
+    if cell is None:
+        return {**out, "status": "not produced", "reason": "the cell holds no estimate"}
+    scale = _float(p["scale"]) or 1.0
+    published = out["published"]
+    lower = cell.lower * scale if cell.lower is not None else None
+    upper = cell.upper * scale if cell.upper is not None else None
+    out.update(reproduced=cell.value * scale, reproduced_lower=lower if lower is not None else math.nan,
+               reproduced_upper=upper if upper is not None else math.nan,
+               difference=cell.value * scale - published if published is not None else math.nan)
+    if published is None:
+        return {**out, "status": "not produced", "reason": "no published value transcribed"}
+    if role != "planted":
+        return {**out, "status": "not planted", "reason": why}
+    if lower is None or upper is None:
+        return {**out, "status": "not produced", "reason": "the run's cell has no 95% interval to check against"}
+    lo, hi = sorted((lower, upper))
+    if lo <= published <= hi:
+        return {**out, "status": "recovered", "reason": "inside the run's 95% interval"}
+    half = (hi - lo) / 2 or math.inf
+    out["distance"] = (lo - published if published < lo else published - hi) / half
+    return {**out, "status": "missed",
+            "reason": f"outside the run's 95% interval by {_fmt(min(abs(published - lo), abs(published - hi)), 3)} "
+                      f"({out['distance']:.2f} half-widths)"}
 
 
 def manifest_value(manifest: Mapping[str, Any], path: str) -> float:
@@ -220,13 +273,17 @@ def _with_interval(r: Mapping[str, Any], key: str) -> str:
     return text
 
 
-def summary(report: pd.DataFrame) -> pd.DataFrame:
+def summary(report: pd.DataFrame, statuses: tuple[str, ...] = STATUSES) -> pd.DataFrame:
     """Counts of each status per study."""
     counts = report.groupby(["study", "status"]).size().unstack(fill_value=0)
-    return counts.reindex(columns=list(STATUSES), fill_value=0).reset_index()
+    return counts.reindex(columns=list(statuses), fill_value=0).reset_index()
 
 
 def to_markdown(report: pd.DataFrame, run_kind: str) -> str:
+    if run_kind == "rehearsal":
+        from context_effects.rehearsal import report_markdown
+
+        return report_markdown(report)
     lines = ["# Reproduction report", ""]
     if run_kind != "paper":
         lines += [f"> {KIND_REASONS.get(run_kind, run_kind).capitalize()}: every row is `not comparable`; the "

@@ -209,3 +209,14 @@ def test_recovered_share_interval_is_clopper_pearson():
     # Clopper-Pearson for 19/20: beta quantiles
     from scipy.stats import beta
     assert lo == pytest.approx(beta.ppf(0.025, 19, 2)) and hi == pytest.approx(beta.ppf(0.975, 20, 1))
+
+
+def test_values_by_dataset_left_empty_keep_a_models_revision():
+    """A model that plants nothing by dataset or corpus keeps the fingerprint (and so the
+    stored answers and the draws) it had before those parameters existed."""
+    from context_effects.llm.backends.synthetic import model_revision
+
+    plain = model_revision("m", {"gamma": 0.3})
+    assert model_revision("m", {"gamma": 0.3, "by_dataset": {}, "decomposition_eta": {}}) == plain
+    assert model_revision("m", {"gamma": 0.3, "by_dataset": {"tqa": {"beta": 1.0}}}) != plain
+    assert model_revision("m", {"gamma": 0.3, "decomposition_eta": {"no_peer": 0.1}}) != plain

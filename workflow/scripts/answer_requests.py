@@ -44,7 +44,7 @@ def main(snakemake):
     # run.budget_usd is read from the run's config, not passed as a param: raising it
     # changes no answer and must rerun nothing. Only calls billed per token count against
     # it; a local model's job is not stopped by what the hosted ones paid.
-    budget_usd = snakemake.config["run"].get("budget_usd")
+    budget_usd = snakemake.config.get("run", {}).get("budget_usd")
     budget = None
     if budget_usd is not None and snakemake.params.model["backend"] in BILLED and not snakemake.params.replay:
         budget = RunBudget(budget_usd, "results/ledgers/.attempts")

@@ -272,12 +272,20 @@ def effective_params(model_name: str, params: Mapping[str, Any] | None = None) -
     return out, fam
 
 
+#: Parameters whose empty value plants nothing (``model_revision``).
+OPTIONAL_MAPPINGS = ("by_dataset", "decomposition_eta")
+
+
 def model_revision(model_name: str, params: Mapping[str, Any] | None = None, seed: int = 0) -> str:
     """``synthetic-<version>-<12 hex>`` fingerprint of the effective planted values and seed.
 
     Use it as ``ModelRef.revision`` so that changing a planted value changes every key.
     """
     eff, fam = effective_params(model_name, params)
+    # A mapping parameter left empty (no values by dataset, no shifts of a corpus of its own)
+    # plants nothing: left out of the fingerprint, so adding such a parameter keeps every
+    # stored answer of a model that does not use it (and its draws) as they were.
+    eff = {k: v for k, v in eff.items() if not (k in OPTIONAL_MAPPINGS and not v)}
     digest = hash_int("revision", SYNTHETIC_VERSION, model_name, fam, seed, jsonable(eff))
     return f"{ENGINE_VERSION}-{digest:032x}"[: len(ENGINE_VERSION) + 13]
 

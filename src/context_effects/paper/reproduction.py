@@ -142,18 +142,26 @@ def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict
     if cell is None:
         return {**out, "status": "not produced" if comparable else "not comparable",
                 "reason": "the cell holds no estimate" + ("" if comparable else f"; {KIND_REASONS.get(run_kind)}")}
-    value = cell.value * scale
-    lower = cell.lower * scale if cell.lower is not None else None
-    upper = cell.upper * scale if cell.upper is not None else None
-    out.update(reproduced=value, reproduced_lower=lower if lower is not None else math.nan,
-               reproduced_upper=upper if upper is not None else math.nan,
-               difference=value - published if published is not None else math.nan)
+    value, lower, upper = _fill_reproduced(out, cell, scale)
     if published is None:
         return {**out, "status": "not produced", "reason": "no published value transcribed"}
     if not comparable:
         return {**out, "status": "not comparable", "reason": KIND_REASONS.get(run_kind, f"{run_kind} run")}
     ok, rule = agrees(published, decimals, value, lower, upper, out["published_lower"], out["published_upper"])
     return {**out, "status": "agrees" if ok else "differs", "reason": f"{'meets' if ok else 'fails'} {rule}"}
+
+
+def _fill_reproduced(out: dict[str, Any], cell: Any, scale: float) -> tuple[float, float | None, float | None]:
+    """Put a looked-up cell, at the published number's scale, into ``out`` (value, interval,
+    difference from the published value); return the value and the interval's ends."""
+    value = cell.value * scale
+    lower = cell.lower * scale if cell.lower is not None else None
+    upper = cell.upper * scale if cell.upper is not None else None
+    published = out["published"]
+    out.update(reproduced=value, reproduced_lower=lower if lower is not None else math.nan,
+               reproduced_upper=upper if upper is not None else math.nan,
+               difference=value - published if published is not None else math.nan)
+    return value, lower, upper
 
 
 def _rehearse_row(p: Mapping[str, Any], out: dict[str, Any], results: Path, frames: dict) -> dict[str, Any]:
@@ -172,13 +180,8 @@ def _rehearse_row(p: Mapping[str, Any], out: dict[str, Any], results: Path, fram
         return {**out, "status": "not produced", "reason": str(err)}
     if cell is None:
         return {**out, "status": "not produced", "reason": "the cell holds no estimate"}
-    scale = _float(p["scale"]) or 1.0
     published = out["published"]
-    lower = cell.lower * scale if cell.lower is not None else None
-    upper = cell.upper * scale if cell.upper is not None else None
-    out.update(reproduced=cell.value * scale, reproduced_lower=lower if lower is not None else math.nan,
-               reproduced_upper=upper if upper is not None else math.nan,
-               difference=cell.value * scale - published if published is not None else math.nan)
+    _, lower, upper = _fill_reproduced(out, cell, _float(p["scale"]) or 1.0)
     if published is None:
         return {**out, "status": "not produced", "reason": "no published value transcribed"}
     if role != "planted":

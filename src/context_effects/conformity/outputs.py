@@ -126,6 +126,31 @@ def build_table5(inputs, s) -> Built:
                   "(docs/deviations.yaml#anchor-audit-definition).", *_notes(s)])
 
 
+def _published_tables(config: Config) -> dict[str, list[str]]:
+    """The seed's printed tables the posterior-predictive check reads, from the repository
+    whose library the Snakefile imported (its ``src/`` sits beside ``paper/``)."""
+    from pathlib import Path
+
+    from context_effects.conformity.predictive import PUBLISHED_TABLES
+
+    root = Path(__file__).resolve().parents[3] / "paper" / "published" / "conformity"
+    return {"published": [str(root / f"{name}.csv") for name in PUBLISHED_TABLES]}
+
+
+def build_posterior_predictive(inputs, s) -> Built:
+    from context_effects.conformity.predictive import calibrated_values, predictive_table, published_dir
+
+    published = published_dir(inputs["published"])
+    v = calibrated_values(published)
+    beta = ", ".join(f"{DATASET_LABELS[d]} {b:+.3f}" for d, b in v["beta"].items())
+    note = (f"Seed 002's estimates planted (shifts from Tables 3 and 10-12, gamma_j from Table 4); fixed: alpha "
+            f"{v['alpha']:g}, sigma_b {v['sigma_b']:g}, sigma_theta {v['sigma_theta']:g}; chosen by least squares "
+            f"on the published column: beta {beta}; cutpoints {', '.join(f'{k:+.3f}' for k in v['kappa'])}; "
+            f"reference-free alpha scale {v['reference_free_alpha_scale']:.3f}. Predicted = the planted world's "
+            "expected rating; the same in every run (docs/rehearsal.md).")
+    return Built(predictive_table(published), [note])
+
+
 def build_agreement(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
@@ -440,6 +465,12 @@ REGISTRY = Registry("conformity", [
               "agreement of each judge's blind ratings of the same answer slot.", "tab:conformity-reproducibility",
               inputs=_reproducibility_inputs, settings=_reproducibility_settings, build=build_reproducibility,
               formats={"Value": ".3f", "CI low": ".3f", "CI high": ".3f"}),
+    TableSpec("posterior_predictive", "descriptive",
+              "Posterior-predictive check of seed 002: with its published estimates planted, the expected mean "
+              "blind ratings (Table 2) and anchor ratings (Table 5) of its own model beside the printed values, "
+              "at the judging values that come closest.", "tab:posterior-predictive",
+              inputs=_published_tables, build=build_posterior_predictive,
+              formats={"Published": ".3f", "Predicted": ".3f", "Difference": "+.3f"}),
     FigureSpec("rating_distributions", "descriptive",
                "Distribution of blind ratings (1-5) by dataset and condition: open judge panel, main corpus at "
                "the primary seed.", inputs=_ratings, settings=_panel_settings, draw=draw_rating_distributions,

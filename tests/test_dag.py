@@ -84,6 +84,13 @@ def test_speed_settings_stay_out_of_params_and_come_back_in_the_job(paper):
     slower_answers = copy.deepcopy(paper)
     slower_answers["models"][name]["engine"]["max_model_len"] = 2048
     assert dag.model_settings(slower_answers, name) != params
+    # a corrected price reruns no answering job, and the job still charges it
+    hosted = next(m for m, e in paper["models"].items() if e["backend"] in ("openai", "anthropic"))
+    priced = copy.deepcopy(paper)
+    priced["models"][hosted]["price"] = {"input_per_mtok": 1.25, "output_per_mtok": 10.0}
+    assert dag.model_settings(priced, hosted) == dag.model_settings(paper, hosted)
+    assert dag.with_speed_settings(dag.model_settings(priced, hosted), priced, hosted)["price"] == \
+        priced["models"][hosted]["price"]
 
 
 def test_a_ledger_beside_every_answered_shard(paper, demo):

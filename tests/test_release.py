@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from context_effects import pinned
 from context_effects.config import ConfigError, load_config, validate_config
 from context_effects.conformity import peers, release
 from context_effects.conformity import requests as creq
@@ -140,7 +141,7 @@ def test_truthfulqa_release_rows_count_the_multiple_choice_split():
 @shared
 def test_shared_release_checksums_are_the_pinned_ones():
     for name, spec in release.RELEASE_FILES.items():
-        assert release.sha256_of(RELEASE / name) == spec["sha256"]
+        assert pinned.sha256_of(RELEASE / name) == spec["sha256"]
 
 
 @shared
@@ -475,7 +476,7 @@ def test_fetch_checks_the_pinned_checksum(tmp_path, monkeypatch):
     with pytest.raises(release.ReleaseError, match="differs from the pinned"):
         release.fetch(name, tmp_path / name)
     assert not (tmp_path / name).exists() and not list(tmp_path.iterdir())
-    monkeypatch.setitem(release.RELEASE_FILES, name, {"path": "x", "sha256": release.sha256_of(src)})
+    monkeypatch.setitem(release.RELEASE_FILES, name, {"path": "x", "sha256": pinned.sha256_of(src)})
     release.fetch(name, tmp_path / name)
     assert (tmp_path / name).read_bytes() == src.read_bytes()
 

@@ -83,6 +83,9 @@ SPEED_SETTINGS: tuple[tuple[str, ...], ...] = (
     ("models", "*", "gpu"),
     ("models", "*", "concurrency"),
     ("models", "*", "use_batch_api"),
+    # A price changes what the ledger records a call cost, never the reply: a corrected
+    # price must not rerun (or, where the store misses, pay for) any answering job.
+    ("models", "*", "price"),
     ("models", "*", "engine", "gpu_memory_utilization"),
     ("models", "*", "engine", "tensor_parallel_size"),
     ("models", "*", "engine", "enforce_eager"),

@@ -120,9 +120,6 @@ def release_url(name: str) -> str:
     return f"https://raw.githubusercontent.com/{RELEASE_REPO}/{RELEASE_COMMIT}/{RELEASE_FILES[name]['path']}"
 
 
-sha256_of = pinned.sha256_of
-
-
 def fetch(name: str, out: str | Path) -> None:
     """Download one release file at the pinned commit; refuse it unless its sha256 is the pinned one."""
     if name not in RELEASE_FILES:
@@ -132,7 +129,7 @@ def fetch(name: str, out: str | Path) -> None:
     tmp = out.with_name(out.name + ".part")
     with urllib.request.urlopen(release_url(name), timeout=120) as resp, open(tmp, "wb") as fh:
         fh.write(resp.read())
-    got, want = sha256_of(tmp), RELEASE_FILES[name]["sha256"]
+    got, want = pinned.sha256_of(tmp), RELEASE_FILES[name]["sha256"]
     if got != want:
         tmp.unlink()
         raise ReleaseError(f"{release_url(name)}: sha256 {got} differs from the pinned {want}; the file at "
@@ -253,7 +250,7 @@ def match_items(dataset: str, items: pd.DataFrame, rows: Iterable[Mapping[str, A
     out.attrs["release"] = {
         "path": str(path), "repo": RELEASE_REPO, "commit": RELEASE_COMMIT, "n_items": len(positions),
         "matched_by": how,
-        "sha256": sha256_of(path) if Path(str(path)).is_file() else None,
+        "sha256": pinned.sha256_of(path) if Path(str(path)).is_file() else None,
     }
     return out
 

@@ -23,10 +23,8 @@ reached the runner (in flight, or just read by the SDK) - is checked in the last
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -45,15 +43,15 @@ except ModuleNotFoundError:  # not installed: test the checkout
 
 pytest.importorskip("openai")
 
+from faults.answering.jobs import AnswerJob, ShardFiles  # noqa: E402
 from provider_server import LoggedRequest, ProviderServer  # noqa: E402
 
 from context_effects.llm.backends.openai_api import OpenAIBackend  # noqa: E402
 from context_effects.llm.ledger import AttemptLog, Ledger  # noqa: E402
-from context_effects.llm.shards import answer_journal_path, answer_shard, write_request_shard  # noqa: E402
+from context_effects.llm.shards import answer_journal_path, answer_shard  # noqa: E402
 from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
 
-DRIVER = REPO / "tests" / "faults" / "answering" / "answer_job.py"
 KEY = "sk-test-kill-resume"
 N = 60
 # As a hosted model runs by default: 8 calls at once at first, growing towards 64
@@ -127,50 +125,18 @@ def _journaled(job: "Job") -> int:
     return len(keys - set(ResponseStore(job.store).keys()))
 
 
-class Job:
+class Job(AnswerJob):
     """One answering job in a subprocess, started ahead of its round: imported, waiting for a URL."""
 
     def __init__(self, work: Path) -> None:
-        work.mkdir(parents=True)
-        self.work = work
-        self.requests = work / "requests.parquet"
-        self.responses = work / "responses.parquet"
-        self.ledger = work / "ledgers" / "shard.json"
-        self.attempts = work / "ledgers" / ".attempts" / "shard.jsonl"
-        self.store = work / "store"
-        write_request_shard(self.requests, _requests(), reply_policy="conformity.rating", max_attempts=3)
-        self.stderr = open(work / "stderr.txt", "w")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, str(DRIVER),
-                "--requests", str(self.requests), "--responses", str(self.responses),
-                "--ledger", str(self.ledger), "--attempts", str(self.attempts), "--store", str(self.store),
-                "--concurrency", str(CONCURRENCY), "--max-concurrency", str(MAX_CONCURRENCY),
-                "--flush-every", str(FLUSH_EVERY),
-                "--flush-interval", str(FLUSH_INTERVAL_S),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            env={**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"},
+        shard = ShardFiles(work, _requests())
+        super().__init__(
+            shard, work / "stderr.txt", KEY,
+            "--concurrency", str(CONCURRENCY), "--max-concurrency", str(MAX_CONCURRENCY),
+            "--flush-every", str(FLUSH_EVERY), "--flush-interval", str(FLUSH_INTERVAL_S),
         )
-
-    def start(self, base_url: str) -> None:
-        line = self.proc.stdout.readline()
-        assert line.strip() == "ready", self.log()
-        self.proc.stdin.write(base_url + "\n")
-        self.proc.stdin.flush()
-
-    def log(self) -> str:
-        self.stderr.flush()
-        return (self.work / "stderr.txt").read_text()[-3000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        self.stderr.close()
+        self.requests, self.responses, self.ledger = shard.requests, shard.responses, shard.ledger
+        self.attempts, self.store = shard.attempts, shard.store
 
 
 def _rerun(job: Job, srv: ProviderServer) -> int:

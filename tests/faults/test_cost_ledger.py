@@ -43,6 +43,7 @@ except ModuleNotFoundError:  # not installed: test the checkout
 
 pytest.importorskip("openai")
 
+from faults.answering.jobs import AnswerJob, ShardFiles  # noqa: E402
 from provider_server import LoggedRequest, ProviderServer, default_reply  # noqa: E402
 
 from context_effects.conformity.replies import REMINDER  # noqa: E402
@@ -60,7 +61,6 @@ from context_effects.llm.shards import (  # noqa: E402
 from context_effects.llm.store.responses import ResponseStore  # noqa: E402
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
 
-DRIVER = TESTS / "faults" / "answering" / "answer_job.py"
 KEY = "sk-test-cost-ledger"
 N = 12
 CONCURRENCY = 4
@@ -90,26 +90,11 @@ def _wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-class Shard:
-    """The files of one shard as the answering rules lay them out: the ledger is a
-    declared output, the attempts log beside it under .attempts/ is not."""
+class Shard(ShardFiles):
+    """A shard of this module's requests (or ``requests``), answered here or by a job."""
 
     def __init__(self, work: Path, requests: list[LLMRequest] | None = None) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        self.requests = work / "requests.parquet"
-        self.responses = work / "responses.parquet"
-        self.ledger = work / "ledgers" / "shard.json"
-        self.attempts = work / "ledgers" / ".attempts" / "shard.jsonl"
-        self.store = work / "store"
-        write_request_shard(
-            self.requests, _requests() if requests is None else requests, reply_policy="conformity.rating",
-            max_attempts=3,
-        )
-
-    def delete_outputs(self) -> None:
-        """What Snakemake does to the declared outputs of a job it counts as failed."""
-        self.responses.unlink(missing_ok=True)
-        self.ledger.unlink(missing_ok=True)
+        super().__init__(work, _requests() if requests is None else requests)
 
     def answer(self, backend: OpenAIBackend, **kwargs) -> Ledger:
         with backend:
@@ -126,41 +111,10 @@ def _backend(srv: ProviderServer, concurrency: int = CONCURRENCY) -> OpenAIBacke
     )
 
 
-class Job:
-    """tests/faults/answering/answer_job.py on a shard, in its own process: imported and
-    waiting for the server's URL, so that several import at once."""
-
-    def __init__(self, shard: Shard, log: Path, signal_at: str | None = None) -> None:
-        self.log_path = log
-        self.stderr = open(log, "w")  # noqa: SIM115 - closed in close()
-        args = [
-            sys.executable, str(DRIVER),
-            "--requests", str(shard.requests), "--responses", str(shard.responses),
-            "--ledger", str(shard.ledger), "--attempts", str(shard.attempts), "--store", str(shard.store),
-            "--concurrency", str(CONCURRENCY), "--max-concurrency", str(CONCURRENCY),
-        ]
-        if signal_at is not None:
-            args += ["--signal-at", signal_at]
-        self.proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-            env={**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"},
-        )
-
-    def start(self, base_url: str) -> None:
-        line = self.proc.stdout.readline()
-        assert line.strip() == "ready", self.log()
-        self.proc.stdin.write(base_url + "\n")
-        self.proc.stdin.flush()
-
-    def log(self) -> str:
-        self.stderr.flush()
-        return self.log_path.read_text()[-3000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-        self.stderr.close()
+def Job(shard: Shard, log: Path, signal_at: str | None = None) -> AnswerJob:  # noqa: N802 - reads as a class
+    """answer_job.py on ``shard`` at this module's concurrency, killed at ``signal_at``."""
+    options = ["--concurrency", str(CONCURRENCY), "--max-concurrency", str(CONCURRENCY)]
+    return AnswerJob(shard, log, KEY, *options, *(["--signal-at", signal_at] if signal_at is not None else []))
 
 
 # --------------------------------------------------------------------------- a kill at a shard's end

@@ -26,13 +26,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_config_plants_what_the_published_numbers_say():
     """config/rehearsal.yaml's models are exactly what the module derives from
-    paper/published/ (a transcription or calibration change must be carried into it)."""
+    paper/published/ and its own amel: design (a transcription, calibration or design
+    change must be carried into it)."""
     paper = yaml.safe_load((REPO / "config/config.yaml").read_text())
     cfg = yaml.safe_load((REPO / "config/rehearsal.yaml").read_text())
     c = paper["conformity"]
     others = [*paper["amel"]["models"], *paper["amel"]["extra_models"], *paper["anchoring"]["judges"]]
     want = rehearsal.models_block(paper["models"], c["generators"], [*c["judges"], *c["hosted_judges"]], others,
-                                  REPO / "paper/published")
+                                  REPO / "paper/published", cfg["amel"])
     assert cfg["models"] == want
     # the design is the paper's
     for key in ("datasets", "generators", "judges", "hosted_judges", "hosted_judge_datasets", "seeds", "peers"):

@@ -23,6 +23,14 @@ and arm, pooled over generators) and its expected anchor ratings reproduce Table
 (reference-augmented and reference-free), by least squares; all are listed in the config.
 Every generator plants quality_mean 0: the paper's model has b_t ~ N(0, σ_b), and
 generator means that differ move its shifts (the generator-mean refits show how much).
+
+From ``paper/published/amel/`` (Study A), :func:`calibrate_amel` plants the seven hosted
+models of Figure 14, which serve Study A alone: each model's conformity c so that the
+expected single-call Cohen's d of its bias scores is Figure 14's, and one negativity
+asymmetry A shared by the seven so that the pooled ratio of mean bias scores (no/yes)
+over the seed's 11 models is the abstract's 1.62. The open models and the hosted judges
+keep their AMEL values (the synthetic defaults): they are Study C's models too, and a
+changed value changes their revision and reruns every answer and fit of Study C.
 """
 
 from __future__ import annotations
@@ -218,6 +226,155 @@ def calibrate_judging(published: Path = PUBLISHED) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the config's models
 
 
+# ----------------------------------------------------------------------------- Study A
+
+
+def read_amel(name: str, published: Path = PUBLISHED) -> pd.DataFrame:
+    df = pd.read_csv(published / "amel" / f"{name}.csv", dtype=str, keep_default_na=False)
+    return df.set_index("id")
+
+
+def figure14_targets(published: Path = PUBLISHED) -> dict[str, float]:
+    """Model key -> the single-call d Figure 14 prints for it, signed as the effects table
+    holds it (the figure prints |d|; its rows carry scale −1)."""
+    f14 = read_amel("figure14", published)
+    out = {}
+    for key, r in f14.iterrows():
+        scale = float(r["scale"] or 1.0)
+        out[_selector_value(r["row"], "group")] = _value(f14, key) / scale
+    return out
+
+
+def amel_asymmetry_target(published: Path = PUBLISHED) -> float:
+    """The abstract's negativity asymmetry (no/yes, pooled over the seed's models)."""
+    return _value(read_amel("text", published), "abstract.asymmetry_ratio")
+
+
+def amel_main_cells(amel_cfg: Config) -> list[tuple[str, int]]:
+    """(condition, n_biased) of every cell whose rows enter the effects and asymmetry
+    tables (the main rows: standard framing, saturated, no position block), as the
+    design builds them from ``amel_cfg`` (schema defaults filled) and the requests plant them."""
+    from context_effects.amel.design import design_cells
+    from context_effects.amel.requests import cell_meta
+    from context_effects.config import fill_defaults, load_schema
+
+    amel = fill_defaults({"amel": dict(amel_cfg)}, load_schema())["amel"]
+    item = {"item_id": "i", "domain": "d", "answer": "Yes"}
+    out = []
+    for cell in design_cells(amel):
+        if cell.framing == "standard" and cell.position is None and cell.condition in ("yes_saturated", "no_saturated"):
+            meta = cell_meta(cell, item, "m", "samples", 0, amel["saturation_share"])
+            out.append((cell.condition, int(meta["n_biased"])))
+    return out
+
+
+def amel_expected(params: Mapping[str, Any] | None, cells: Sequence[tuple[str, int]]) -> dict[str, float]:
+    """The expected single-call values of one model over the planted item distribution
+    (quadrature, no sampling), each main cell weighted alike as the tables weight its rows.
+
+    A single-call bias score is BS = Y_t − Y_b, Y_t and Y_b the treatment's and the
+    baseline's verdict against the history (r*) as 0/1, independent given the item, so
+    E[BS] = E[p_t − p_b] and E[BS²] = E[|BS|] = E[p_t(1 − p_b) + p_b(1 − p_t)]: ``d`` is
+    the population mean over sd of a row drawn from the main rows; ``mean_no``/``mean_yes``
+    the mean BS and ``abs_no``/``abs_yes`` the mean |BS| of each polarity."""
+    from context_effects.amel.synthetic import _shift, _z_grid
+    from context_effects.llm.backends.synthetic import effective_params, sigmoid
+
+    eff, _ = effective_params("m", params)
+    z, w = _z_grid(eff)
+    base = z + eff["amel_yes_bias"]
+    pb_yes = sigmoid(base)
+    by = {"yes_saturated": ([], []), "no_saturated": ([], [])}
+    for cond, n in cells:
+        pt_yes = sigmoid(base + _shift(eff, cond, n, None, "standard"))
+        # r* is the verdict against the history: "No" after yes-saturated
+        pt, pb = (1.0 - pt_yes, 1.0 - pb_yes) if cond == "yes_saturated" else (pt_yes, pb_yes)
+        by[cond][0].append(float(np.sum(w * (pt - pb))))
+        by[cond][1].append(float(np.sum(w * (pt * (1.0 - pb) + pb * (1.0 - pt)))))
+    means = by["yes_saturated"][0] + by["no_saturated"][0]
+    squares = by["yes_saturated"][1] + by["no_saturated"][1]
+    mu, m2 = float(np.mean(means)), float(np.mean(squares))
+    return {"d": mu / math.sqrt(m2 - mu * mu), "mean_yes": float(np.mean(by["yes_saturated"][0])),
+            "mean_no": float(np.mean(by["no_saturated"][0])), "abs_yes": float(np.mean(by["yes_saturated"][1])),
+            "abs_no": float(np.mean(by["no_saturated"][1]))}
+
+
+def pooled_amel_ratios(params: Mapping[str, Mapping[str, Any] | None], cells: Sequence[tuple[str, int]]
+                       ) -> dict[str, float]:
+    """The expected pooled asymmetry over the models of ``params`` (each with as many
+    items): ``ratio`` = |mean BS no| / |mean BS yes|, ``ratio_abs`` = mean |BS no| / mean |BS yes|."""
+    e = [amel_expected(p, cells) for p in params.values()]
+    return {"ratio": abs(sum(x["mean_no"] for x in e)) / abs(sum(x["mean_yes"] for x in e)),
+            "ratio_abs": sum(x["abs_no"] for x in e) / sum(x["abs_yes"] for x in e)}
+
+
+#: The conformity a Figure-14 model may take (logit units at f = w = 1).
+AMEL_CONFORMITY_RANGE = (1e-4, 20.0)
+#: The negativity asymmetry the seven models may share.
+AMEL_ASYMMETRY_RANGE = (1.0, 20.0)
+
+
+def _conformity_for(d: float, asymmetry: float, cells: Sequence[tuple[str, int]]) -> float:
+    from scipy.optimize import brentq
+
+    def f(c: float) -> float:
+        return amel_expected({"amel_conformity": c, "amel_negativity_asymmetry": asymmetry}, cells)["d"] - d
+
+    return float(brentq(f, *AMEL_CONFORMITY_RANGE, xtol=1e-10))
+
+
+@functools.cache
+def _calibrate_amel(fixed: tuple[tuple[str, str], ...], targets: tuple[tuple[str, float], ...], ratio: float,
+                    cells: tuple[tuple[str, int], ...]) -> dict[str, dict[str, float]]:
+    import json
+
+    from scipy.optimize import brentq
+
+    fixed_params = {name: json.loads(p) for name, p in fixed}
+
+    def free(asym: float) -> dict[str, dict[str, float]]:
+        return {m: {"amel_conformity": _conformity_for(d, asym, cells), "amel_negativity_asymmetry": asym}
+                for m, d in targets}
+
+    def misfit(asym: float) -> float:
+        return pooled_amel_ratios({**fixed_params, **free(asym)}, cells)["ratio"] - ratio
+
+    asym = float(brentq(misfit, *AMEL_ASYMMETRY_RANGE, xtol=1e-8))
+    # rounded to what the config lists; c after A is rounded, so each d holds at the listed A
+    asym = round(asym, 3)
+    return {m: {"amel_conformity": round(v["amel_conformity"], 3), "amel_negativity_asymmetry": asym}
+            for m, v in free(asym).items()}
+
+
+def calibrate_amel(fixed: Mapping[str, Mapping[str, Any] | None], amel_cfg: Config,
+                   published: Path = PUBLISHED) -> dict[str, dict[str, float]]:
+    """Figure 14's models -> their planted ``amel_conformity`` and ``amel_negativity_asymmetry``
+    (module docstring). ``fixed``: the synthetic values of the seed's other models, which
+    stay as they are; ``amel_cfg``: the design the rehearsal runs (its main cells decide
+    the expectations, :func:`amel_expected`).
+
+    Each model's c meets its d exactly at any A (d grows with c), and the pooled ratio of
+    mean BS grows with the shared A, so A is a one-dimensional root. The abstract's ratio
+    is read (paper/published/amel/text.csv) as mean |BS|, whose single-call expectation
+    carries the baseline's own sampling noise in both polarities: with Figure 14's d it
+    stays below about 1.22 at any A (:func:`pooled_amel_ratios` gives it), so the ratio
+    planted is that of mean BS, the asymmetry of the shifts themselves."""
+    import json
+
+    targets = figure14_targets(published)
+    clash = sorted(set(targets) & set(fixed))
+    if clash:
+        raise ValueError(f"Figure 14's models {clash} are given fixed values too: each is planted or fixed")
+    cells = tuple(amel_main_cells(amel_cfg))
+    frozen = tuple(sorted((n, json.dumps(dict(p or {}), sort_keys=True)) for n, p in fixed.items()))
+    return _calibrate_amel(frozen, tuple(sorted(targets.items())), amel_asymmetry_target(published), cells)
+
+
+def amel_fixed_values(block: Mapping[str, Mapping[str, Any]], roster: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The AMEL values of the roster models Figure 14 does not plant (their ``synthetic:``)."""
+    return {name: dict(block.get(name, {})) for name in roster}
+
+
 def planted_models(models: Mapping[str, Mapping[str, Any]], generators: Sequence[str], judges: Sequence[str],
                    published: Path = PUBLISHED) -> dict[str, dict[str, Any]]:
     """Model name -> its ``synthetic:`` values in the rehearsal (Study C part): generators
@@ -277,6 +434,27 @@ UNPLANTABLE = {
     "conformity/table8": "a setting sent to the real models",
     "conformity/table8_requests": "a setting sent to the real models",
 }
+#: Figure 14's models (paper/published/amel/figure14.csv): each one's single-call d is
+#: planted (:func:`calibrate_amel`), where Figure 14 or the abstract prints it.
+AMEL_PLANTED_MODELS = ("gpt-5-nano", "gpt-5.2", "claude-haiku", "claude-sonnet", "claude-opus", "gemini-flash",
+                       "gemini-pro")
+#: Why Study A's other numbers are not planted: (table, column) -> why; by table, else.
+_OPEN_MODELS = ("the seed's four open models keep the synthetic AMEL defaults (they are Study C's models too: "
+                "a changed value reruns Study C)")
+AMEL_UNPLANTED = {
+    ("amel/asymmetry", "ratio_abs"): (
+        "not plantable with Figure 14's d: a single-call mean |BS| carries the baseline's own sampling "
+        "noise in both polarities, so at Figure 14's d the pooled ratio of mean |BS| stays below about "
+        "1.22 at any asymmetry; the ratio of mean BS is planted at 1.62 instead (docs/rehearsal.md)"),
+    ("amel/asymmetry", "t"): "a test statistic: it grows with the items, which the rehearsal cuts to 20 per domain",
+    ("amel/asymmetry", "p"): "a test statistic: it falls with the items, which the rehearsal cuts to 20 per domain",
+    ("amel/asymmetry", "n_pairs"): "a count of the design: the rehearsal asks 20 items per domain",
+    ("amel/effects", "p"): "a test statistic: it falls with the items, which the rehearsal cuts to 20 per domain",
+    ("amel/effects", "d"): f"pooled over all 11 models, and {_OPEN_MODELS}",
+    "amel/entropy": "the entropy strata are not planted: every model keeps the synthetic item distribution",
+    "amel/length": "the length dependence is not planted: every model keeps the synthetic f(n)",
+    "amel/framing": "the framing swap is not planted: every model keeps the synthetic token share of the asymmetry",
+}
 #: The reproduction report's statuses in a rehearsal (context_effects.paper.reproduction).
 REHEARSAL_STATUSES = ("recovered", "missed", "not planted", "not produced")
 #: Model-free numbers: with the paper's estimates planted, the run's value is the seed
@@ -297,10 +475,22 @@ def row_role(p: Mapping[str, Any]) -> tuple[str, str]:
     if table in PLANTED and (PLANTED[table] is None or column in PLANTED[table]):
         return "planted", ""
     if table.startswith("amel/"):
-        return "unplantable", "Study A's models keep the synthetic defaults in this rehearsal (docs/rehearsal.md)"
+        return _amel_role(table, column, p.get("row") or "")
     if table.startswith("anchoring/"):
         return "unplantable", "Study H's judges keep the synthetic defaults in this rehearsal (docs/rehearsal.md)"
     return "predicted", PREDICTED_WHY
+
+
+def _amel_role(table: str, column: str, row: str) -> tuple[str, str]:
+    from context_effects.paper.lookup import parse_row
+
+    value, _, interval = (part.strip() for part in column.partition("@"))
+    sel = parse_row(row)
+    if (table == "amel/effects" and value == "d" and interval and sel.get("method") == "single_call"
+            and sel.get("scope") == "model" and sel.get("group") in AMEL_PLANTED_MODELS):
+        return "planted", ""
+    why = AMEL_UNPLANTED.get((table, value)) or AMEL_UNPLANTED.get(table)
+    return "unplantable", why or f"not planted: {_OPEN_MODELS}, and Figure 14's models plant only their d"
 
 
 def recovered_share(report: pd.DataFrame, study: str | None = None) -> tuple[int, int, float, float, float]:
@@ -372,12 +562,17 @@ def report_markdown(report: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 def models_block(paper_models: Mapping[str, Mapping[str, Any]], generators: Sequence[str], judges: Sequence[str],
-                 others: Sequence[str], published: Path = PUBLISHED) -> dict[str, dict[str, Any]]:
+                 others: Sequence[str], published: Path = PUBLISHED,
+                 amel: Config | None = None) -> dict[str, dict[str, Any]]:
     """The rehearsal config's ``models:``: every model of the paper config on the synthetic
     backend under its own name and display name (the published rows select by those),
-    planted by :func:`planted_models`; ``others`` (models of the other studies) keep the
-    synthetic defaults."""
+    planted by :func:`planted_models`; with ``amel`` (the rehearsal's ``amel:`` block)
+    Figure 14's models by :func:`calibrate_amel`; the rest keep the synthetic defaults."""
     planted = planted_models(paper_models, generators, judges, published)
+    if amel is not None:
+        f14 = figure14_targets(published)
+        roster = [m for m in amel["models"] if m not in f14]
+        planted |= calibrate_amel(amel_fixed_values(planted, roster), amel, published)
     out = {}
     for name in dict.fromkeys([*generators, *judges, *others]):
         m = paper_models[name]
@@ -399,12 +594,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--paper-config", default="config/config.yaml")
     ap.add_argument("--published", default=str(PUBLISHED))
+    ap.add_argument("--rehearsal-config", default="config/rehearsal.yaml",
+                    help="its amel: block is the design Study A's values are calibrated for")
     a = ap.parse_args(argv)
     cfg = yaml.safe_load(Path(a.paper_config).read_text())
+    design = yaml.safe_load(Path(a.rehearsal_config).read_text())["amel"]
     c = cfg["conformity"]
     others = [*cfg["amel"]["models"], *cfg["amel"].get("extra_models", []), *cfg["anchoring"]["judges"]]
     block = models_block(cfg["models"], c["generators"], [*c["judges"], *c["hosted_judges"]], others,
-                         Path(a.published))
+                         Path(a.published), design)
     class NoAliases(yaml.SafeDumper):  # judges share one κ list: write it out each time
         def ignore_aliases(self, data: Any) -> bool:
             return True

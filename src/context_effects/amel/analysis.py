@@ -158,6 +158,8 @@ def _effect_row(scope: str, group: str, rows: pd.DataFrame, **extra: Any) -> dic
         "ci_low": s["ci_low"],
         "ci_high": s["ci_high"],
         "d": s["d"],
+        "d_ci_low": s["d_ci_low"],
+        "d_ci_high": s["d_ci_high"],
         "t": s["t"],
         "p": s["p"],
     }
@@ -211,6 +213,11 @@ def polarity_pairs(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 def _asymmetry_row(scope: str, group: str, pairs: pd.DataFrame, **extra: Any) -> dict[str, Any]:
     p = stats.paired(pairs["abs_no"], pairs["abs_yes"])
     mean_yes, mean_no = float(pairs["bs_yes"].mean()), float(pairs["bs_no"].mean())
+    # `ratio` compares magnitudes: each side is taken with its mean's sign, so the
+    # interval is of |mean no| / |mean yes| (given those signs)
+    sign_no, sign_yes = (np.sign(m) or 1.0 for m in (mean_no, mean_yes))
+    _, r_lo, r_hi = stats.fieller_ratio(sign_no * pairs["bs_no"], sign_yes * pairs["bs_yes"])
+    _, a_lo, a_hi = stats.fieller_ratio(pairs["abs_no"], pairs["abs_yes"])
     return {
         "scope": scope,
         "group": group,
@@ -219,9 +226,13 @@ def _asymmetry_row(scope: str, group: str, pairs: pd.DataFrame, **extra: Any) ->
         "mean_bs_yes": mean_yes,
         "mean_bs_no": mean_no,
         "ratio": stats.ratio(mean_no, mean_yes),
+        "ratio_ci_low": r_lo,
+        "ratio_ci_high": r_hi,
         "mean_abs_yes": p["mean_b"],
         "mean_abs_no": p["mean_a"],
         "ratio_abs": stats.ratio(p["mean_a"], p["mean_b"]),
+        "ratio_abs_ci_low": a_lo,
+        "ratio_abs_ci_high": a_hi,
         "t": p["t"],
         "p": p["p"],
     }
@@ -341,8 +352,9 @@ def framing_table(bs: pd.DataFrame, framing_history_lengths: Iterable[int]) -> p
                 "test": "paired t of asym across framings",
             }
         )
-    cols = ["scope", "group", "framing", "n_pairs", "mean_bs_yes", "mean_bs_no", "ratio", "mean_abs_yes",
-            "mean_abs_no", "ratio_abs", "asym", "t", "p", "test"]
+    cols = ["scope", "group", "framing", "n_pairs", "mean_bs_yes", "mean_bs_no", "ratio", "ratio_ci_low",
+            "ratio_ci_high", "mean_abs_yes", "mean_abs_no", "ratio_abs", "ratio_abs_ci_low", "ratio_abs_ci_high",
+            "asym", "t", "p", "test"]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
@@ -459,7 +471,7 @@ def scaling_table(bs: pd.DataFrame) -> pd.DataFrame:
                          "n_models": len(models), "n": p["n"], "mean_bs": p["diff"], "d": p["d_z"], "t": p["t"],
                          "p": p["p"], "contrast": f"{large} - {small}"})
     cols = ["scope", "group", "provider", "size_rank", "n_models", "n", "n_rows", "mean_bs", "ci_low", "ci_high",
-            "d", "abs_d", "t", "p", "contrast"]
+            "d", "d_ci_low", "d_ci_high", "abs_d", "t", "p", "contrast"]
     return pd.DataFrame(rows).reindex(columns=cols)
 
 

@@ -42,7 +42,7 @@ _COMMON = (
 ANALYSES: dict[str, Analysis] = {
     "effects": Analysis(
         "AMEL bias scores overall, by model, domain and provider: mean BS with 95% CI, one-sample Cohen's d "
-        "(mean/sd) and t-test against 0. " + _COMMON,
+        "(mean/sd) with its exact 95% CI (noncentral t) and t-test against 0. " + _COMMON,
     ),
     "scaling": Analysis(
         "Scaling within each provider: mean BS and |Cohen's d| of each roster model in its provider's size "
@@ -60,7 +60,8 @@ ANALYSES: dict[str, Analysis] = {
     ),
     "asymmetry": Analysis(
         "Negativity asymmetry: |BS(no-saturated)| / |BS(yes-saturated)| paired per item (mean over its k's "
-        "first); ratio of mean BS, ratio of mean |BS|, paired t-test of |BS| (no vs yes). " + _COMMON,
+        "first); ratio of mean BS and ratio of mean |BS|, each with Fieller's 95% CI for a ratio of paired means "
+        "(empty where the denominator is not clearly non-zero), paired t-test of |BS| (no vs yes). " + _COMMON,
     ),
     "length": Analysis(
         "Bias and history length: Spearman rho and OLS slope of BS on k (per turn). " + _COMMON,
@@ -92,6 +93,8 @@ FORMATS = {
     "ci_low": ".3f",
     "ci_high": ".3f",
     "d": ".2f",
+    "d_ci_low": ".2f",
+    "d_ci_high": ".2f",
     "t": ".2f",
     "p": ".2g",
     "rho": ".3f",
@@ -104,6 +107,10 @@ FORMATS = {
     "F": ".2f",
     "ratio": ".2f",
     "ratio_abs": ".2f",
+    "ratio_ci_low": ".2f",
+    "ratio_ci_high": ".2f",
+    "ratio_abs_ci_low": ".2f",
+    "ratio_abs_ci_high": ".2f",
     "asym": ".3f",
     "abs_d": ".2f",
     "mean_shift": ".3f",

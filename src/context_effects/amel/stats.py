@@ -9,7 +9,9 @@ Conventions (stated because the seed paper does not spell them out):
   t-test, d with the pooled SD.
 * Paired comparisons (negativity asymmetry per item): the paired t-test and
   d_z = mean(diff) / sd(diff).
-* Confidence intervals of means are t intervals (default 95%).
+* Confidence intervals of means are t intervals (default 95%). The interval of a
+  one-sample d is the exact one of the noncentral t (:func:`d_interval`); the interval
+  of a ratio of two paired means is Fieller's (:func:`fieller_ratio`).
 * The unit of every test is the item (model x domain x item): repeated rows of
   one item (its k's, polarities, positions) are averaged before a test
   (``context_effects.amel.analysis``), and the OLS slope of BS on k, which
@@ -55,17 +57,56 @@ def mean_ci(x: Any, level: float = 0.95) -> tuple[float, float, float]:
     return m, float(lo), float(hi)
 
 
+def d_interval(d: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact confidence interval of a one-sample Cohen's d = mean / sd from n values.
+
+    t = d·sqrt(n) follows the noncentral t with n − 1 degrees of freedom and noncentrality
+    δ = d_pop·sqrt(n); the interval is the δ at which the observed t is the upper and the
+    lower (1 − level)/2 quantile, divided by sqrt(n): exact for normal values, where a
+    normal approximation of d's SE is not once d is large against 1/sqrt(n)."""
+    from scipy.optimize import brentq
+
+    if n < 2 or not math.isfinite(d):
+        return NAN, NAN
+    df, t = n - 1, d * math.sqrt(n)
+    alpha = (1.0 - level) / 2.0
+    # T's spread at δ = t, widened until the bracket holds the root
+    spread = math.sqrt(1.0 + t * t / (2.0 * df)) + 1.0
+
+    def bound(q: float) -> float:
+        def f(ncp: float) -> float:
+            c = float(stats.nct.cdf(t, df, ncp))
+            if not math.isfinite(c):  # SciPy's nct fails far in a tail, where the cdf is 0 or 1
+                c = 0.0 if ncp > t else 1.0
+            return c - q
+
+        width = 3.0 * spread
+        for _ in range(30):
+            lo, hi = t - width, t + width
+            flo, fhi = f(lo), f(hi)
+            if math.isfinite(flo) and math.isfinite(fhi) and flo > 0 > fhi:
+                return brentq(f, lo, hi, xtol=1e-10, rtol=1e-12)
+            width *= 2.0
+        return NAN
+
+    return bound(1.0 - alpha) / math.sqrt(n), bound(alpha) / math.sqrt(n)
+
+
 def one_sample(x: Any, level: float = 0.95) -> dict[str, float]:
-    """n, mean, CI, sd, Cohen's d (mean / sd) and the one-sample t-test against 0."""
+    """n, mean, CI, sd, Cohen's d (mean / sd) with its exact CI (:func:`d_interval`) and
+    the one-sample t-test against 0."""
     a = _clean(x)
     m, lo, hi = mean_ci(a, level)
-    out = {"n": len(a), "mean": m, "ci_low": lo, "ci_high": hi, "sd": NAN, "d": NAN, "t": NAN, "p": NAN}
+    out = {"n": len(a), "mean": m, "ci_low": lo, "ci_high": hi, "sd": NAN, "d": NAN, "d_ci_low": NAN,
+           "d_ci_high": NAN, "t": NAN, "p": NAN}
     if len(a) >= 2:
         sd = float(a.std(ddof=1))
         out["sd"] = sd
         if sd > 0:
             res = stats.ttest_1samp(a, 0.0)
-            out.update(d=m / sd, t=float(res.statistic), p=float(res.pvalue))
+            d = m / sd
+            d_lo, d_hi = d_interval(d, len(a), level)
+            out.update(d=d, d_ci_low=d_lo, d_ci_high=d_hi, t=float(res.statistic), p=float(res.pvalue))
     return out
 
 
@@ -173,6 +214,39 @@ def rm_anova(wide: Any) -> dict[str, float]:
     f = (ss_cond / df_num) / (ss_err / df_den)
     out.update(F=float(f), p=float(stats.f.sf(f, df_num, df_den)))
     return out
+
+
+def fieller_ratio(a: Any, b: Any, level: float = 0.95) -> tuple[float, float, float]:
+    """mean(a) / mean(b) of paired values and Fieller's confidence interval (pairs with a
+    missing value dropped).
+
+    The set of ρ at which the paired t of a − ρ·b does not reject 0: exact when the pair
+    of means is bivariate normal, and unlike the delta method it keeps a ratio's skew and
+    does not assume the denominator's mean is far from 0 against its SE. When that mean
+    is not significantly different from 0 (g = t²·var(mean b)/mean(b)² >= 1) the set is
+    unbounded, and both ends are NaN."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    n = len(a)
+    if n == 0 or b.mean() == 0:
+        return NAN, NAN, NAN
+    ma, mb = float(a.mean()), float(b.mean())
+    r = ma / mb
+    if n < 3:
+        return r, NAN, NAN
+    cov = np.cov(a, b, ddof=1) / n
+    v11, v12, v22 = float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1])
+    t2 = float(stats.t.ppf(0.5 + level / 2.0, n - 1)) ** 2
+    # (ma − ρ·mb)² = t²·(v11 − 2ρ·v12 + ρ²·v22), a quadratic in ρ
+    qa, qb, qc = mb * mb - t2 * v22, ma * mb - t2 * v12, ma * ma - t2 * v11
+    disc = qb * qb - qa * qc
+    if qa <= 0 or disc < 0:
+        return r, NAN, NAN
+    root = math.sqrt(disc)
+    return r, (qb - root) / qa, (qb + root) / qa
 
 
 def ratio(num: float, den: float) -> float:

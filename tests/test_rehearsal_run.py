@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from scipy.stats import binomtest
 
 from conftest import REPO, copy_repo, run_snakemake
 from context_effects.paper.reproduction import compare, read_published
@@ -80,7 +79,6 @@ def test_the_planted_numbers_come_back_at_about_the_nominal_rate(rehearsal):
     # not vacuous: the intervals are narrower than the planted effects they hold
     widths = planted["reproduced_upper"] - planted["reproduced_lower"]
     assert widths.median() < 1.0, widths.describe()
-    assert binomtest(k, n, 0.95).pvalue > 1e-6 or k / n >= MIN_SHARE
 
 
 def test_a_wrong_source_fit_for_table20_turns_its_rows_missed(rehearsal):

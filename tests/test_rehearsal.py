@@ -212,6 +212,28 @@ def test_recovered_share_interval_is_clopper_pearson():
     assert lo == pytest.approx(beta.ppf(0.025, 19, 2)) and hi == pytest.approx(beta.ppf(0.975, 20, 1))
 
 
+def test_by_table_tells_a_wrong_definition_from_noise():
+    """Two tables of planted values with calibrated intervals (sd 0.1 around the truth);
+    one of them built wrong (its values scaled by 1.5): that table's misses exceed the
+    nominal count and its slope leaves 1, the other's stay near 5% and 1."""
+    rng = np.random.default_rng(7)
+    planted = rng.uniform(-0.6, 0.6, 400)
+    rows = []
+    for i, truth in enumerate(planted):
+        table = "conformity/table3" if i % 2 else "conformity/table10"
+        estimate = truth * (1.5 if table == "conformity/table10" else 1.0) + rng.normal(0, 0.1)
+        out = {"published": truth, "reproduced": estimate}
+        status = "recovered" if abs(estimate - truth) <= 0.196 else "missed"
+        distance = max(abs(estimate - truth) - 0.196, 0) / 0.196
+        rows.append({**out, "id": f"x{i}", "status": status, "distance": distance if status == "missed" else np.nan,
+                     "source": f"{table} [Dataset=TruthfulQA] Value"})
+    t = rehearsal.by_table(pd.DataFrame(rows)).set_index("table")
+    good, bad = t.loc["conformity/table3"], t.loc["conformity/table10"]
+    assert good["checked"] == bad["checked"] == 200 and good["expected_missed"] == 10
+    assert good["missed"] <= 20 and 0.9 < good["slope"] < 1.1 and abs(good["mean_difference"]) < 0.03
+    assert bad["missed"] > 40 and bad["slope"] > 1.4
+
+
 def test_values_by_dataset_left_empty_keep_a_models_revision():
     """A model that plants nothing by dataset or corpus keeps the fingerprint (and so the
     stored answers and the draws) it had before those parameters existed."""

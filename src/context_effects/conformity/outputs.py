@@ -138,17 +138,10 @@ def _published_tables(config: Config) -> dict[str, list[str]]:
 
 
 def build_posterior_predictive(inputs, s) -> Built:
-    from context_effects.conformity.predictive import calibrated_values, predictive_table, published_dir
+    from context_effects.conformity.predictive import predictive_note, predictive_table, published_dir
 
     published = published_dir(inputs["published"])
-    v = calibrated_values(published)
-    beta = ", ".join(f"{DATASET_LABELS[d]} {b:+.3f}" for d, b in v["beta"].items())
-    note = (f"Seed 002's estimates planted (shifts from Tables 3 and 10-12, gamma_j from Table 4); fixed: alpha "
-            f"{v['alpha']:g}, sigma_b {v['sigma_b']:g}, sigma_theta {v['sigma_theta']:g}; chosen by least squares "
-            f"on the published column: beta {beta}; cutpoints {', '.join(f'{k:+.3f}' for k in v['kappa'])}; "
-            f"reference-free alpha scale {v['reference_free_alpha_scale']:.3f}. Predicted = the planted world's "
-            "expected rating; the same in every run (docs/rehearsal.md).")
-    return Built(predictive_table(published), [note])
+    return Built(predictive_table(published), [predictive_note(published)])
 
 
 def build_agreement(inputs, s) -> Built:

@@ -71,8 +71,14 @@ def predictive_table(published: Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["Table", "Dataset", "Quantity", "Published", "Predicted", "Difference"])
 
 
-def calibrated_values(published: Path) -> dict:
-    """The judging values the prediction uses (fixed and fitted), for the table's note."""
+def predictive_note(published: Path) -> str:
+    """The table's note: what is planted, fixed and fitted, with the judging values."""
     from context_effects.rehearsal import calibrate_judging
 
-    return calibrate_judging(Path(published))
+    v = calibrate_judging(Path(published))
+    beta = ", ".join(f"{DATASET_LABELS[d]} {b:+.3f}" for d, b in v["beta"].items())
+    return (f"Seed 002's estimates planted (shifts from Tables 3 and 10-12, gamma_j from Table 4); fixed: alpha "
+            f"{v['alpha']:g}, sigma_b {v['sigma_b']:g}, sigma_theta {v['sigma_theta']:g}; chosen by least squares "
+            f"on the published column: beta {beta}; cutpoints {', '.join(f'{k:+.3f}' for k in v['kappa'])}; "
+            f"reference-free alpha scale {v['reference_free_alpha_scale']:.3f}. Predicted = the planted world's "
+            "expected rating; the same in every run (docs/rehearsal.md).")

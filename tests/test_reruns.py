@@ -104,7 +104,7 @@ def test_the_blind_judge_prompt_reruns_judging_and_what_reads_ratings(finished):
         shards = planned["conformity_judge_requests"]
         # Every judge shard of every judge (blind and informed share shards).
         assert shards == sum(len(conformity_dag.judge_shard_blocks(cfg, j)) for j in judges) >= len(judges)
-        assert planned == Counter({"conformity_judge_requests": shards, "answer_requests_remote": shards,
+        assert planned == Counter({"conformity_judge_requests": shards, "answer_requests_synthetic": shards,
                                    "conformity_ratings": len(datasets), "conformity_table": 2,
                                    "conformity_figure": 1})
 

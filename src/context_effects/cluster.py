@@ -29,6 +29,7 @@ LOCAL_RULES: dict[str, str] = {
     "anchoring_requests": "writes prompts, seconds",
     "anchoring_table": "one table from scored results",
     "anchoring_figure": "one figure from scored results",
+    "answer_requests_synthetic": "the synthetic backend answers a shard from a formula, seconds",
     "estimate": "prints the cost estimate from the item tables, no model call",
     "conformity_round1_requests": "writes prompts, seconds",
     "conformity_round2_requests": "writes prompts, seconds",

@@ -190,7 +190,14 @@ def vllm_models(config: Config) -> list[str]:
 
 
 def remote_models(config: Config) -> list[str]:
-    return models_with(config, lambda m: m["backend"] != "vllm")
+    """Models answered by a hosted API or an HTTP server: a scheduler job each shard."""
+    return models_with(config, lambda m: m["backend"] not in ("vllm", "synthetic"))
+
+
+def synthetic_models(config: Config) -> list[str]:
+    """Models whose replies come from a formula (the synthetic backend): milliseconds a
+    request, nothing loaded, so their shards are answered on the submitting host."""
+    return models_with(config, lambda m: m["backend"] == "synthetic")
 
 
 def gguf_models(config: Config) -> list[str]:

@@ -61,7 +61,7 @@ rule answer_requests_vllm:
 
 
 rule answer_requests_remote:
-    """Answer one request shard through a hosted API, an HTTP server, or the synthetic model."""
+    """Answer one request shard through a hosted API or an HTTP server."""
     input:
         requests="results/requests/{study}/{stage}/{model}/{shard}.parquet",
     output:
@@ -90,6 +90,19 @@ rule answer_requests_remote:
         attempts_log="results/ledgers/.attempts/{study}/{stage}/{model}/{shard}.jsonl",
     script:
         "../scripts/answer_requests.py"
+
+
+# The synthetic backend's shards: the same script, but a reply is a formula (milliseconds,
+# nothing loaded, no API), so under a cluster executor they run on the submitting host
+# instead of paying a queue wait, a job start-up and a status poll for seconds of work.
+use rule answer_requests_remote as answer_requests_synthetic with:
+    wildcard_constraints:
+        model=dag.name_regex(dag.synthetic_models(config)),
+        study="[a-z_]+",
+        stage="[A-Za-z0-9_.-]+",
+        shard="[A-Za-z0-9_.+-]+",
+    resources:
+        **dag.rule_resources(config, "answer_requests_synthetic", runtime=30, mem_mb=4000),
 
 
 rule estimate:

@@ -1,0 +1,198 @@
+"""The slurm profile under a real scheduler: a one-node Slurm from Debian's packages
+(tests/slurm_cluster.py), the profile installed as the README says (`make
+slurm-profile`, then `snakemake --profile slurm`), and a small synthetic config.
+
+One run, as a user would live it: it starts, a job is cancelled under it with
+`scancel`, the user presses Ctrl-C, and starts the same command again. Then the checks:
+which partition each job went to, that the seconds-long rules never reached the queue,
+that nothing finished was redone, and that the tables equal a local run's.
+
+The stub-`sbatch` tests (tests/test_slurm_profile.py) keep what one node cannot show:
+the paper config's GPU models, and a GPU on every rule that can hold one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake, snakemake_cmd
+from context_effects.cluster import CLUSTER_RULES, LOCAL_RULES
+from slurm_cluster import PACKAGES, TARGETS, OneNodeSlurm, missing, small_synthetic_config
+
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    gone = missing()
+    if gone:
+        msg = f"no Slurm here (missing {', '.join(gone)}; `apt-get install {' '.join(PACKAGES)}`, as `make test` does as root)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    # A short folder: munge and slurmd name sockets under it.
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="ce-slurm-"))
+    slurm = OneNodeSlurm(root).start()
+    yield slurm
+    slurm.stop()
+
+
+class ClusterRun:
+    """`snakemake --profile slurm` in ``workdir``, as the README's cluster steps run it."""
+
+    def __init__(self, workdir: Path, config: Path, env: dict[str, str]):
+        self.workdir, self.config, self.env = workdir, config, env
+        self.logs: list[str] = []
+
+    def cmd(self) -> list[str]:
+        # No accounting database on the test cluster: squeue answers the status polls
+        # (docs/cluster.md, "What the plugin needs from the cluster").
+        return snakemake_cmd("--profile", "slurm", "--slurm-status-command", "squeue",
+                             "--snakefile", str(REPO / "Snakefile"), "--directory", str(self.workdir),
+                             f"--configfile={self.config}", *TARGETS)
+
+    def start(self) -> subprocess.Popen:
+        log = open(self.workdir / f"snakemake-{len(self.logs)}.log", "w")
+        self.logs.append(log.name)
+        return subprocess.Popen(self.cmd(), cwd=self.workdir, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+    def log(self, i: int) -> str:
+        return Path(self.logs[i]).read_text(errors="replace")
+
+
+def _wait(what: str, predicate, timeout: float, proc: subprocess.Popen | None = None, log=lambda: ""):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"snakemake exited ({proc.returncode}) before {what}:\n{log()[-4000:]}")
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}:\n{log()[-4000:]}")
+
+
+def _outputs(workdir: Path) -> dict[str, int]:
+    """Every file under results/ with its modification time (ns)."""
+    return {str(p.relative_to(workdir)): p.stat().st_mtime_ns for p in (workdir / "results").rglob("*") if p.is_file()}
+
+
+def _rule(job: dict[str, str]) -> str:
+    return job["comment"].removeprefix("rule_").split("_wildcards_")[0]
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, tmp_path_factory):
+    """The interrupted and resumed run; returns what the checks read."""
+    workdir = tmp_path_factory.mktemp("slurm-run")
+    (workdir / "data").symlink_to(REPO / "data")
+    config = small_synthetic_config(workdir / "config.yaml")
+    xdg = workdir / "xdg"
+    subprocess.run(["make", "-s", "-C", str(REPO), "slurm-profile", f"XDG_CONFIG_HOME={xdg}"], check=True)
+    env = {**os.environ, **cluster.env, "XDG_CONFIG_HOME": str(xdg), "SNAKEMAKE_PROFILE": ""}
+    run = ClusterRun(workdir, config, env)
+
+    first = run.start()
+    try:
+        # A job of the run is cancelled under it, as a user or an admin would.
+        running = _wait("a running cluster job", lambda: [j for j in cluster.jobs() if j["state"] == "RUNNING"],
+                        300, first, lambda: run.log(0))
+        cancelled = running[0]
+        subprocess.run(["scancel", cancelled["id"]], env=env, check=True)
+        # Snakemake sees it fail (it does not poll it for ever) and submits it again.
+        _wait("the cancelled job's failure and resubmission", lambda: (
+            f"SLURM-job '{cancelled['id']}' failed" in run.log(0)
+            and sum(_rule(j) == _rule(cancelled) and j["comment"] == cancelled["comment"] for j in cluster.jobs()) >= 2
+        ), 180, first, lambda: run.log(0))
+        # Ctrl-C once Snakemake has seen a cluster job finish: it cancels what it has in
+        # the queue.
+        _wait("a finished cluster job", lambda: "(Rule: conformity_answer_metrics)" in run.log(0),
+              300, first, lambda: run.log(0))
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    left = [j for j in cluster.jobs() if j["state"] in ACTIVE and j["name"] != "wrap"]
+    before = _outputs(workdir)
+
+    second = run.start()
+    try:
+        assert second.wait(timeout=900) == 0, run.log(1)[-6000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    return {"workdir": workdir, "config": config, "cancelled": cancelled, "left_after_ctrl_c": left,
+            "before": before, "after": _outputs(workdir), "jobs": cluster.jobs(), "run": run}
+
+
+def test_a_cancelled_job_fails_and_is_retried_and_ctrl_c_leaves_no_job(slurm_run):
+    """`scancel` under a run: the job is reported failed and resubmitted (the profile's
+    retries), not polled as running for ever; Ctrl-C cancels the run's queued jobs."""
+    cancelled = slurm_run["cancelled"]
+    assert "CANCELLED" in slurm_run["run"].log(0)
+    assert not slurm_run["left_after_ctrl_c"], slurm_run["left_after_ctrl_c"]
+    same = [j for j in slurm_run["jobs"] if j["comment"] == cancelled["comment"]]
+    assert {j["state"] for j in same} >= {"CANCELLED", "COMPLETED"}, same
+
+
+def test_the_resumed_run_redoes_nothing_finished(slurm_run):
+    before, after = slurm_run["before"], slurm_run["after"]
+    assert any(p.startswith("results/conformity/metrics/") for p in before), "no cluster job finished before Ctrl-C"
+    redone = [p for p, mtime in before.items() if after.get(p) != mtime]
+    assert not redone, f"the resumed run remade finished outputs: {redone}"
+    for target in TARGETS:
+        assert target in after
+
+
+def test_jobs_go_to_the_partition_their_resources_name_and_local_rules_stay_local(slurm_run):
+    """Only cluster rules were submitted; the GPU-tagged neural metrics went to `gpu`
+    holding its GPU, every other job to `cpu`; the seconds-long rules (requests, the
+    synthetic backend's answers, tables) ran on the host."""
+    jobs = [j for j in slurm_run["jobs"] if j["comment"].startswith("rule_")]
+    rules = {_rule(j) for j in jobs}
+    assert rules <= set(CLUSTER_RULES), sorted(rules - set(CLUSTER_RULES))
+    assert {"conformity_answer_metrics", "conformity_fit"} <= rules, sorted(rules)
+    for job in jobs:
+        gpu = job["comment"] == "rule_conformity_answer_metrics_wildcards_neural_truthfulqa"
+        assert job["partition"] == ("gpu" if gpu else "cpu"), job
+        assert ("gpu:a100:1" in job["gres"]) == gpu, job
+    # The local rules' outputs exist, and no job of theirs reached the queue.
+    log = slurm_run["run"].log(1) + slurm_run["run"].log(0)
+    for rule in ("answer_requests_synthetic", "conformity_round1_requests", "conformity_table"):
+        assert f"localrule {rule}:" in log, rule
+    assert not rules & set(LOCAL_RULES)
+
+
+def _frame(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+
+
+def test_the_cluster_run_makes_the_tables_a_local_run_makes(slurm_run, tmp_path):
+    """The same config and targets with the local executor: equal tables (the fit's to
+    float precision: the sampler's arithmetic may differ with the job's threads)."""
+    workdir = tmp_path
+    (workdir / "data").symlink_to(REPO / "data")
+    res = run_snakemake("--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+                        f"--configfile={slurm_run['config']}", *TARGETS, cwd=workdir,
+                        env={"OMP_NUM_THREADS": "1"}, timeout=900)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for target in TARGETS:
+        local, cluster = _frame(workdir / target), _frame(slurm_run["workdir"] / target)
+        assert list(local.columns) == list(cluster.columns) and len(local) == len(cluster), target
+        numeric = local.select_dtypes("number").columns
+        pd.testing.assert_frame_equal(local.drop(columns=numeric), cluster.drop(columns=numeric), obj=target)
+        assert np.allclose(local[numeric].to_numpy(float), cluster[numeric].to_numpy(float),
+                           rtol=1e-5, atol=1e-8, equal_nan=True), target

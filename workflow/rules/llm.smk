@@ -102,7 +102,9 @@ use rule answer_requests_remote as answer_requests_synthetic with:
         stage="[A-Za-z0-9_.-]+",
         shard="[A-Za-z0-9_.+-]+",
     resources:
-        **dag.rule_resources(config, "answer_requests_synthetic", runtime=30, mem_mb=4000),
+        **dag.rule_resources(
+            config, "answer_requests_synthetic", runtime=30, mem_mb=4000
+        ),
 
 
 rule estimate:

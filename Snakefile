@@ -59,6 +59,9 @@ onstart:
     # and before any provider is asked anything (context_effects.costs).
     costs.require_within_budget(config, workflow)
     dag.require_served_models(config, workflow)
+    # Under the slurm executor: an account sacctmgr does not list stops here, not at the
+    # first submission (where the plugin's error leaves the run waiting, silent).
+    cluster.require_known_accounts(workflow)
 
 
 # A dry run never calls onstart: it only warns about the keys its jobs would need.

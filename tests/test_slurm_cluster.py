@@ -196,3 +196,22 @@ def test_the_cluster_run_makes_the_tables_a_local_run_makes(slurm_run, tmp_path)
         pd.testing.assert_frame_equal(local.drop(columns=numeric), cluster.drop(columns=numeric), obj=target)
         assert np.allclose(local[numeric].to_numpy(float), cluster[numeric].to_numpy(float),
                            rtol=1e-5, atol=1e-8, equal_nan=True), target
+
+
+def test_an_account_the_cluster_cannot_confirm_stops_before_any_submission(cluster, tmp_path):
+    """`slurm_account` that sacctmgr cannot confirm (this cluster keeps no accounts):
+    the run stops at once, naming the account and the fix, and submits nothing. (The
+    plugin alone would fail inside its submission and leave the run waiting.)"""
+    (tmp_path / "data").symlink_to(REPO / "data")
+    config = small_synthetic_config(tmp_path / "config.yaml")
+    before = {j["id"] for j in cluster.jobs()}
+    res = run_snakemake("--profile", str(REPO / "profiles" / "slurm"), "--slurm-status-command", "squeue",
+                        "--default-resources", "slurm_account=no-such-account", "runtime=60", "mem_mb=4000",
+                        "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                        f"--configfile={config}", *TARGETS, cwd=tmp_path,
+                        env={**cluster.env, "SNAKEMAKE_PROFILE": ""}, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-3000:]
+    assert "slurm_account no-such-account" in out and "sacctmgr" in out and "--default-resources" in out, out[-3000:]
+    assert {j["id"] for j in cluster.jobs()} == before
+    assert not (tmp_path / "results" / "responses").exists(), "a job ran before the check"

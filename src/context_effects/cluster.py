@@ -14,6 +14,10 @@ local executor (`make demo`) both run alike.
 
 from __future__ import annotations
 
+import getpass
+import subprocess
+from typing import Any
+
 # rule -> why it runs on the submitting host
 LOCAL_RULES: dict[str, str] = {
     "all": "target rule, runs nothing",
@@ -72,3 +76,38 @@ CLUSTER_RULES: dict[str, str] = {
 def unclassified(rule_names: list[str]) -> list[str]:
     """Rules of the workflow that are in neither mapping (each must be in one)."""
     return sorted(set(rule_names) - set(LOCAL_RULES) - set(CLUSTER_RULES))
+
+
+class AccountError(Exception):
+    """A job's `slurm_account` that the cluster does not list for this user."""
+
+
+def require_known_accounts(workflow: Any) -> None:
+    """Under the slurm executor, stop before any job is submitted when a cluster job of
+    this run names a `slurm_account` that `sacctmgr` does not list for the user, or that
+    cannot be checked. The slurm executor plugin (2.6.1) checks the account only as it
+    submits, and its error there leaves Snakemake waiting with no message. Call it from
+    ``onstart`` (a real run, the DAG built)."""
+    plugin = getattr(workflow, "executor_plugin", None)
+    if plugin is None or plugin.name != "slurm":
+        return
+    named = sorted({str(job.resources.get("slurm_account")) for job in workflow.dag.needrun_jobs()
+                    if not workflow.is_local(job.rule) and job.resources.get("slurm_account")})
+    if not named:
+        return
+    user = getpass.getuser()
+    cmd = ["sacctmgr", "-n", "-s", "list", "user", user, "format=account%256"]
+    fix = ("remove `slurm_account` from profiles/slurm/config.yaml (sbatch then charges your default "
+           "account) or set it to one of yours, e.g. --default-resources slurm_account=<account>")
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise AccountError(f"cannot check slurm_account {', '.join(named)}: `{' '.join(cmd)}` failed ({err}); {fix}")
+    if res.returncode != 0:
+        raise AccountError(f"cannot check slurm_account {', '.join(named)}: `{' '.join(cmd)}` said "
+                           f"{res.stderr.strip() or res.returncode!r}; {fix}")
+    listed = {line.strip().lower() for line in res.stdout.splitlines() if line.strip()}
+    unknown = [a for a in named if a.lower() not in listed]
+    if unknown:
+        raise AccountError(f"slurm_account {', '.join(unknown)} is not an account of user {user} "
+                           f"(sacctmgr lists: {', '.join(sorted(listed)) or 'none'}); {fix}")

@@ -13,6 +13,7 @@ the paper config's GPU models, and a GPU on every rule that can hold one.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -88,6 +89,19 @@ def _outputs(workdir: Path) -> dict[str, int]:
     return {str(p.relative_to(workdir)): p.stat().st_mtime_ns for p in (workdir / "results").rglob("*") if p.is_file()}
 
 
+def _incomplete(workdir: Path) -> set[str]:
+    """Outputs Snakemake holds incomplete (a job of them was running when it stopped):
+    its markers in .snakemake/incomplete/, each the URL-safe base64 of the output's
+    path, cut into file-name-sized parts of which all but the last start with '@'."""
+    root = workdir / ".snakemake" / "incomplete"
+    paths = set()
+    for marker in (p for p in root.rglob("*") if p.is_file()):
+        encoded = "".join(part.removeprefix("@") for part in marker.relative_to(root).parts)
+        path = Path(base64.urlsafe_b64decode(encoded).decode())
+        paths.add(str(path.relative_to(workdir) if path.is_absolute() else path))
+    return paths
+
+
 def _rule(job: dict[str, str]) -> str:
     return job["comment"].removeprefix("rule_").split("_wildcards_")[0]
 
@@ -105,11 +119,20 @@ def slurm_run(cluster, tmp_path_factory):
 
     first = run.start()
     try:
-        # A job of the run is cancelled under it, as a user or an admin would.
-        running = _wait("a running cluster job", lambda: [j for j in cluster.jobs() if j["state"] == "RUNNING"],
-                        300, first, lambda: run.log(0))
-        cancelled = running[0]
-        subprocess.run(["scancel", cancelled["id"]], env=env, check=True)
+        # A job of the run is cancelled under it, as a user or an admin would (a job that
+        # ends between the look and the scancel is not cancelled: take another).
+        def ended_as(job_id: str) -> str:
+            return _wait("the job's end", lambda: next((j["state"] for j in cluster.jobs()
+                                                        if j["id"] == job_id and j["state"] not in ACTIVE), ""), 30)
+
+        def cancel_one() -> dict[str, str] | None:
+            for job in [j for j in cluster.jobs() if j["state"] == "RUNNING"]:
+                subprocess.run(["scancel", job["id"]], env=env, check=True)
+                if ended_as(job["id"]) == "CANCELLED":
+                    return job
+            return None
+
+        cancelled = _wait("a running cluster job, cancelled", cancel_one, 300, first, lambda: run.log(0))
         # Snakemake sees it fail (it does not poll it for ever) and submits it again.
         _wait("the cancelled job's failure and resubmission", lambda: (
             f"SLURM-job '{cancelled['id']}' failed" in run.log(0)
@@ -126,7 +149,7 @@ def slurm_run(cluster, tmp_path_factory):
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
     left = [j for j in cluster.jobs() if j["state"] in ACTIVE and j["name"] != "wrap"]
-    before = _outputs(workdir)
+    before, incomplete = _outputs(workdir), _incomplete(workdir)
 
     second = run.start()
     try:
@@ -135,7 +158,7 @@ def slurm_run(cluster, tmp_path_factory):
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
     return {"workdir": workdir, "config": config, "cancelled": cancelled, "left_after_ctrl_c": left,
-            "before": before, "after": _outputs(workdir), "jobs": cluster.jobs(), "run": run}
+            "before": before, "incomplete": incomplete, "after": _outputs(workdir), "jobs": cluster.jobs(), "run": run}
 
 
 def test_a_cancelled_job_fails_and_is_retried_and_ctrl_c_leaves_no_job(slurm_run):
@@ -149,10 +172,15 @@ def test_a_cancelled_job_fails_and_is_retried_and_ctrl_c_leaves_no_job(slurm_run
 
 
 def test_the_resumed_run_redoes_nothing_finished(slurm_run):
-    before, after = slurm_run["before"], slurm_run["after"]
-    assert any(p.startswith("results/conformity/metrics/") for p in before), "no cluster job finished before Ctrl-C"
-    redone = [p for p, mtime in before.items() if after.get(p) != mtime]
+    """What finished before Ctrl-C is kept as it is; what a job was still writing when
+    Ctrl-C came (Snakemake's incomplete markers) is made again, not trusted."""
+    before, after, incomplete = slurm_run["before"], slurm_run["after"], slurm_run["incomplete"]
+    finished = {p: mtime for p, mtime in before.items() if p not in incomplete}
+    assert any(p.startswith("results/conformity/metrics/") for p in finished), "no cluster job finished before Ctrl-C"
+    redone = [p for p, mtime in finished.items() if after.get(p) != mtime]
     assert not redone, f"the resumed run remade finished outputs: {redone}"
+    kept = [p for p in incomplete if p in before and after.get(p) == before[p]]
+    assert not kept, f"the resumed run kept outputs left incomplete by Ctrl-C: {kept}"
     for target in TARGETS:
         assert target in after
 

@@ -29,7 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from slurm_cluster import TARGETS, OneNodeSlurm, small_synthetic_config  # noqa: E402
+from slurm_cluster import OneNodeSlurm, profile_command, small_synthetic_config  # noqa: E402
 
 
 def _t(stamp: str) -> float | None:
@@ -50,9 +50,8 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="ce-slurm-run-"))
         (work / "data").symlink_to(repo / "data")
         config = small_synthetic_config(work / "config.yaml")
-        cmd = [str(Path(sys.executable).parent / "snakemake"), "--profile", str(repo / "profiles" / "slurm"),
-               "--slurm-status-command", "squeue", "--snakefile", str(repo / "Snakefile"), "--directory", str(work),
-               f"--configfile={config}", *args.snakemake_args, *TARGETS]
+        cmd = profile_command(work, config, *args.snakemake_args, profile=str(repo / "profiles" / "slurm"),
+                              snakefile=repo / "Snakefile")
         env = {**os.environ, **cluster.env, "SNAKEMAKE_PROFILE": "", "PYTHONPATH": str(repo / "src")}
         t0 = time.time()
         res = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)

@@ -73,6 +73,17 @@ def small_synthetic_config(path: Path) -> Path:
     return path
 
 
+def profile_command(workdir: Path, config: Path, *extra: str, profile: str = "slurm",
+                    snakefile: Path = REPO / "Snakefile") -> list[str]:
+    """`snakemake --profile <profile>` on the small config's targets in ``workdir``. No
+    accounting on this cluster: squeue answers the status polls (docs/cluster.md, "What
+    the plugin needs from the cluster")."""
+    # ``extra`` before the named options: a list-valued option (--default-resources)
+    # would take the targets as its values.
+    return [str(Path(sys.executable).parent / "snakemake"), "--profile", profile, "--slurm-status-command", "squeue",
+            *extra, "--snakefile", str(snakefile), "--directory", str(workdir), f"--configfile={config}", *TARGETS]
+
+
 def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
@@ -84,8 +95,8 @@ def _free_port() -> int:
 
 
 class OneNodeSlurm:
-    """Daemons, state and logs under ``root`` (kept short: munge's socket path must fit
-    a Unix socket name). ``env`` is what a client needs: SLURM_CONF."""
+    """Daemons, state and logs under ``root`` (kept short: slurmd names its job steps'
+    Unix sockets under it). ``env`` is what a client needs: SLURM_CONF."""
 
     def __init__(self, root: Path):
         self.root = Path(root)

@@ -78,10 +78,16 @@ demo: $(STAMP)
 # (docs/rehearsal.md), in its own folder so that a demo's results stay: its reproduction
 # report, number by number, is rehearsal/results/report/reproduction.md.
 REHEARSAL_DIR ?= rehearsal
+# Another data draw of the same planted world (sampling.synthetic_seed): e.g.
+# `make rehearsal REHEARSAL_SEED=1 REHEARSAL_DIR=rehearsal-seed1`. A second config file
+# carries it because `--config` would pass the number as text.
+REHEARSAL_SEED ?= 0
 
 rehearsal: $(STAMP)
 	mkdir -p $(REHEARSAL_DIR) && ln -sfn "$(CURDIR)/data" $(REHEARSAL_DIR)/data
-	$(BIN)/snakemake --snakefile Snakefile --directory $(REHEARSAL_DIR) --configfile "$(CURDIR)/config/rehearsal.yaml" \
+	printf 'sampling: {synthetic_seed: %d}\n' $(REHEARSAL_SEED) > $(REHEARSAL_DIR)/synthetic_seed.yaml
+	$(BIN)/snakemake --snakefile Snakefile --directory $(REHEARSAL_DIR) \
+	  --configfile "$(CURDIR)/config/rehearsal.yaml" "$(abspath $(REHEARSAL_DIR))/synthetic_seed.yaml" \
 	  --cores $(CORES) --workflow-profile profiles/local results/report/reproduction.md
 
 lint: $(STAMP)

@@ -403,3 +403,39 @@ def test_anchoring_pull_recovers_lambda():
     assert np.mean(af) == pytest.approx(0.0, abs=0.05)
     # signed prior-score pull is positive on average
     assert np.mean(np.sign(x) * np.array(y)) > 0.15
+
+
+def test_the_runs_synthetic_seed_is_another_draw_of_the_same_world_and_never_shares_an_answer():
+    """``sampling.synthetic_seed`` reaches every job through ``dag.model_settings``: it redraws
+    the trial baselines, it is part of each request's key, and a backend of one draw refuses
+    a request written for the other instead of answering it from the wrong world."""
+    from pathlib import Path
+
+    from context_effects import dag
+    from context_effects.config import load_config, validate_config
+    from context_effects.llm.factory import make_backend, model_ref
+
+    cfg = validate_config(load_config(Path(__file__).resolve().parents[1] / "config" / "synthetic.yaml"))
+    assert cfg["sampling"]["synthetic_seed"] == 0
+    model = next(m for m, c in cfg["models"].items() if c["backend"] == "synthetic")
+    drawn = {}
+    for seed in (0, 3):
+        run = {**cfg, "sampling": {**cfg["sampling"], "synthetic_seed": seed}}
+        settings = dag.model_settings(run, model)
+        assert settings["synthetic_seed"] == seed
+        backend = make_backend(model, settings)
+        ref = model_ref(model, settings)
+        assert backend.seed == seed and ref.revision == backend.revision
+        r = dataclasses.replace(req(gen_meta(f"tqa/{seed}", "round1", generator=model), model=model), model=ref)
+        assert one(backend, r).ok
+        drawn[seed] = (backend, ref, r)
+    (b0, ref0, r0), (b3, ref3, r3) = drawn[0], drawn[3]
+    assert ref0.revision != ref3.revision and r0.key != dataclasses.replace(r0, model=ref3).key
+    assert not one(b3, r0).ok and "revision" in one(b3, r0).error
+    baselines = [[trial_baseline(b, f"tqa/{i}", model) for i in range(200)] for b in (b0, b3)]
+    assert abs(np.corrcoef(*baselines)[0, 1]) < 0.2
+    assert np.std(baselines[0]) == pytest.approx(np.std(baselines[1]), rel=0.25)
+    # A real model's settings carry no seed: its keys do not depend on the synthetic world.
+    paper = validate_config(load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    paper["sampling"]["synthetic_seed"] = 3
+    assert not any("synthetic_seed" in dag.model_settings(paper, m) for m in paper["models"])

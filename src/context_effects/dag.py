@@ -128,6 +128,10 @@ def model_settings(config: Config, model: str) -> dict[str, Any]:
         # The resolved profile, so that an edit of its entry in capabilities.yaml (data,
         # not code) reruns exactly the jobs of the models it changes.
         out["capabilities"] = profile(out)
+    if out.get("backend") == "synthetic":
+        # The world's seed changes every answer of a synthetic model, so it travels with
+        # the model's settings: into its request keys (llm.factory.model_ref) and its backend.
+        out["synthetic_seed"] = int(config.get("sampling", {}).get("synthetic_seed", 0))
     return out
 
 

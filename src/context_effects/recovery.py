@@ -111,6 +111,7 @@ def planted_inputs(config: Config) -> dict[str, Any]:
     out: dict[str, Any] = {
         "run": {"label": config["run"]["label"], "kind": config["run"]["kind"]},
         "engine_version": ENGINE_VERSION,
+        "backend_seed": int(config["sampling"]["synthetic_seed"]),
         "roles": r,
         "models": {m: jsonable(dict(config["models"][m].get("synthetic") or {})) for m in models},
         "resolved": {m: jsonable(effective_params(m, config["models"][m].get("synthetic") or {})[0]) for m in models},
@@ -127,7 +128,7 @@ def planted_inputs(config: Config) -> dict[str, Any]:
 
 def planted_values(inputs: Mapping[str, Any]) -> dict[str, Any]:
     """``planted.json``: the resolved planted values by study and model (see the module docstring)."""
-    from context_effects.llm.backends.synthetic import BACKEND_SEED, effective_params, jsonable
+    from context_effects.llm.backends.synthetic import effective_params, jsonable
 
     roles_ = inputs["roles"]
     resolved: dict[str, dict[str, Any]] = {}
@@ -140,7 +141,7 @@ def planted_values(inputs: Mapping[str, Any]) -> dict[str, Any]:
         "note": NOTE,
         "run": dict(inputs["run"]),
         "engine_version": inputs["engine_version"],
-        "backend_seed": BACKEND_SEED,
+        "backend_seed": inputs["backend_seed"],
         "models": models,
     }
     if "conformity" in roles_:

@@ -20,7 +20,13 @@ LOCAL_BACKENDS = frozenset({"vllm"})
 HOSTED_BACKENDS = frozenset({"openai", "anthropic", "openai_compatible"})
 
 
-def model_ref(name: str, cfg: Mapping[str, Any], *, seed: int = 0) -> ModelRef:
+def synthetic_seed(cfg: Mapping[str, Any]) -> int:
+    """A synthetic model's world seed: ``sampling.synthetic_seed``, which
+    ``dag.model_settings`` puts in the settings every job gets (0 when absent)."""
+    return int(cfg.get("synthetic_seed", 0))
+
+
+def model_ref(name: str, cfg: Mapping[str, Any]) -> ModelRef:
     """The identity of a model as it enters every request key."""
     backend = cfg["backend"]
     revision = cfg.get("revision")
@@ -28,7 +34,7 @@ def model_ref(name: str, cfg: Mapping[str, Any], *, seed: int = 0) -> ModelRef:
         from context_effects.llm.backends.synthetic import model_revision
 
         # Planted values are part of the model's identity: change one, change every key.
-        revision = model_revision(name, cfg.get("synthetic") or {}, seed)
+        revision = model_revision(name, cfg.get("synthetic") or {}, synthetic_seed(cfg))
     return ModelRef(
         provider=backend,
         model_id=str(cfg["model_id"]),
@@ -74,7 +80,9 @@ def make_backend(
     if backend == "synthetic":
         from context_effects.llm.backends.synthetic import SyntheticBackend
 
-        return SyntheticBackend(model_name=name, params=dict(cfg.get("synthetic") or {}), seed=seed, state_dir=state)
+        return SyntheticBackend(
+            model_name=name, params=dict(cfg.get("synthetic") or {}), seed=synthetic_seed(cfg), state_dir=state
+        )
     if backend in HOSTED_BACKENDS:
         common: dict[str, Any] = {
             "state_dir": state,

@@ -30,6 +30,8 @@ sampling seed gets fresh draws. Quantities that must be shared across requests
 are seeded (:func:`seeded`) by the backend seed and their own identity (the
 Study C trial baseline by item and generator, the AMEL item logit by model and
 item, the Study H task bias by model and task).
+A workflow run builds every synthetic model with the seed ``sampling.synthetic_seed``
+(default 0; ``llm.factory``): another value is another draw of the same world.
 
 ``temperature``/``top_p`` are ignored: the planted distributions *are* the
 simulated model's response distribution (the measurement-model noise).
@@ -97,10 +99,6 @@ STUDIES = tuple(SIMULATORS)
 FAMILIES = ("qwen", "mistral", "gemma", "llama", "gpt-4o", "gpt-5")
 #: Values of the ``profile`` parameter: "none" (the default) = the generic defaults only.
 PROFILE_CHOICES = ("none", *FAMILIES)
-#: The backend seed every synthetic model of a workflow run is built with
-#: (``llm.factory.make_backend``'s default): the seeded per-trial, per-item and per-task
-#: draws that recovery targets depend on use it.
-BACKEND_SEED = 0
 
 
 # ----------------------------------------------------------------------------- helpers for simulators

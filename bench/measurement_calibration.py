@@ -178,6 +178,11 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
         s["rank_chi2_p"] = float(stats.chisquare(counts).pvalue)
         s["mean_posterior_sd"] = float(np.mean(np.concatenate([r[name]["sd"] for r in results])))
         s["rmse"] = float(np.sqrt(np.mean(np.concatenate([r[name]["error"] for r in results]) ** 2)))
+        # Bias of the posterior mean: its SE is over data draws (the replicate's mean error is
+        # the independent unit; the cells of one draw share its data).
+        per_draw = np.array([np.mean(r[name]["error"]) for r in results])
+        s["mean_error"] = float(per_draw.mean())
+        s["mean_error_se"] = float(per_draw.std(ddof=1) / np.sqrt(per_draw.size)) if per_draw.size > 1 else None
         summary[name] = s
     summary["max_rhat"] = float(max(r["max_rhat"] for r in results))
     summary["replicates_with_divergences"] = int(sum((r["divergences"] or 0) > 0 for r in results))
@@ -286,7 +291,7 @@ def main() -> None:
                         for q in LEVELS)
         print(f"  {name:6s} ({b['n_coordinates']} coordinates) coverage {cov}; rank uniformity χ² p = "
               f"{b['rank_chi2_p']:.2f} (counts {b['rank_counts']}); mean posterior SD {b['mean_posterior_sd']:.3f}, "
-              f"RMSE {b['rmse']:.3f}")
+              f"RMSE {b['rmse']:.3f}, mean error {b['mean_error']:+.3f} (SE {b['mean_error_se'] or float('nan'):.3f})")
     print(f"  max R-hat {s['max_rhat']:.3f}; replicates with divergences: {s['replicates_with_divergences']}; "
           f"median fit {s['median_fit_seconds']:.1f} s; total {s['wall_seconds'] / 60:.1f} min")
     if args.json:

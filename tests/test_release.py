@@ -487,15 +487,28 @@ def test_release_url_is_the_pinned_raw_github_file():
                    "29feb84e37df8f08ecf9277d659dc5b3364e58c7/perturbed_dataset/rq2/rq2a/data/mmlu_pro_sample500.jsonl")
 
 
-def test_n_items_takes_the_first_items_of_a_release_in_source_order():
+def test_n_items_takes_the_first_items_of_a_release_in_the_files_order():
     """A smaller run of the paper's design: n_items below the release's count takes its first
-    n_items in the dataset's source order (the same file and n_items, the same items)."""
+    n_items in the release file's order (its random draw order), kept in source order, so a
+    cut is a random subsample and every smaller cut of one file lies inside a larger one."""
     raw, rel = DEMO_SOURCES["truthfulqa"]
     full = _build(raw, rel, "truthfulqa")
     cut = build_item_table("truthfulqa", {"kind": "local", "path": str(raw)}, n_items=2, sample_seed=42,
                            attractor_seed=42, sample={"source": "release", "path": str(rel)},
                            peer_source="release")
-    assert len(full) == 4 and cut["item_id"].tolist() == full["item_id"].tolist()[:2]
+    assert len(full) == 4 and set(cut["item_id"]) == set(full.attrs["release_order"][:2])
     assert cut.attrs["n_items"] == 2 and cut.attrs["sample"]["n_items_taken"] == 2
     blocks = cut.attrs["release_blocks"]
     assert blocks and set(blocks) <= set(cut["item_id"])  # only the kept items' peer blocks
+    # The rehearsal's shipped ARC-Challenge excerpt (120 items): the file's first ids, nested.
+    raw = REPO / "data" / "rehearsal" / "ARC-Challenge-Train.rehearsal.jsonl"
+    rel = REPO / "data" / "rehearsal" / "arc_challenge_sample500.rq1_rq3.rehearsal.jsonl"
+    first = [str(r["original_instance_ID"]) for r in release.release_items(release.read_release(rel))]
+    cuts = {n: build_item_table("arc_challenge", {"kind": "local", "path": str(raw)}, n_items=n, sample_seed=42,
+                                attractor_seed=42, sample={"source": "release", "path": str(rel)},
+                                peer_source="release") for n in (30, 60)}
+    ids = {n: [i.removeprefix("arc_challenge-") for i in c["item_id"]] for n, c in cuts.items()}
+    assert set(ids[30]) == set(first[:30]) and set(ids[60]) == set(first[:60]) and set(ids[30]) < set(ids[60])
+    assert cuts[60]["source_index"].is_monotonic_increasing  # kept in source order
+    # not the 30 lowest source rows of the 60 (the file's order is not the source's)
+    assert ids[30] != ids[60][:30]

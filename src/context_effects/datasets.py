@@ -979,7 +979,7 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
     ``sample={"source": "release", "path": ...}`` takes exactly the items of a
     predecessor release file instead of a seeded sample (``conformity.release``;
     ``balance_by`` is then not used, and ``n_items`` below the file's count takes its
-    first ``n_items`` in source order). ``peer_source="release"`` also
+    first ``n_items`` in the release file's order). ``peer_source="release"`` also
     records the release's peer blocks of those items in ``attrs["release_blocks"]``;
     without released blocks (MMLU-Pro) it records blocks built with the release's design
     (``conformity.release_design``), and ``attrs["peer_source"]`` says which was used and why.
@@ -995,9 +995,13 @@ def build_item_table(dataset: str, source: Mapping[str, Any], n_items: int | Non
         sample.update(chosen.attrs["release"])
         if n_items is not None and n_items < len(chosen):
             # A cut of the released sample (a smaller run of the paper's design): its first
-            # n_items in source order, so the same file and n_items give the same items.
-            chosen = chosen.iloc[:n_items].copy()
-            chosen.attrs = dict(chosen.attrs)
+            # n_items in the release file's order, kept in source order. The file's order is
+            # the release's random draw, so a cut is a random subsample (not the lowest
+            # source rows), and a larger cut holds every smaller one of the same file.
+            keep = set(chosen.attrs["release_order"][:n_items])
+            attrs = dict(chosen.attrs)
+            chosen = chosen[chosen["item_id"].astype(str).isin(keep)].reset_index(drop=True)
+            chosen.attrs = attrs
             sample["n_items_taken"] = int(n_items)
         chosen = assign_release_attractors(chosen, release.release_attractors(dataset, chosen, rows))
     elif sample.get("source", "seeded") == "seeded":

@@ -35,15 +35,15 @@ DEMO_RELEASE_SHA256: dict[str, str] = {
     "ARC-Challenge-Train.demo.jsonl": "fe6057d10fea64c57a766ae3aeea43fadb25233c3c0d299906f6c778737ecd20",
 }
 
-#: The rehearsal's excerpts (``data/rehearsal/``, PROVENANCE.md there): the first 60 items of
+#: The rehearsal's excerpts (``data/rehearsal/``, PROVENANCE.md there): the first 120 items of
 #: each release file and their benchmark rows.
 REHEARSAL_SHA256: dict[str, str] = {
-    "ARC-Challenge-Train.rehearsal.jsonl": "4c168e1178d447eed89659f2724dab6f09a62e73c3792b6f64579f25e8116057",
-    "arc_challenge_sample500.rq1_rq3.rehearsal.jsonl": "d11796684a2681761f4ed563d05a54158a893bb73f129bb300461576a7b955bc",
-    "mmlu_pro_sample500.rq2a.rehearsal.jsonl": "7d3bcbd8bd7baeadba289c30ee1e9a5d194a4f4cb4fee2efbb8118040fc1014d",
-    "mmlu_pro_test.rehearsal.jsonl": "1093398a526dbe08d99cd806c1beb721fb8e72bc5f9b03c6111801d859268614",
-    "truthfulqa_generation.rehearsal.jsonl": "af3ca134d1033b8652b95accc60e1ece8131a8d53ea68be868a1d0a123636f68",
-    "truthfulqa_sample500.rq1_rq3.rehearsal.jsonl": "f62a6ff9c2f6a7bb7549f28315348500ed34f2db25b5d27a6380367ea0ca2bec",
+    "ARC-Challenge-Train.rehearsal.jsonl": "b3da4da1ede6ab616d11ae34fe1cf4e66fa5099d61190dacfbb661dd2ec428e8",
+    "arc_challenge_sample500.rq1_rq3.rehearsal.jsonl": "9aa630cec65592db99cae7444dff1ee9aa0229f19409b4d7ed5c74ccd4d12f87",
+    "mmlu_pro_sample500.rq2a.rehearsal.jsonl": "0d8538fe97028d11d4c8b89f9eddf1e7baadd53d9c6059947f658a4f701609ab",
+    "mmlu_pro_test.rehearsal.jsonl": "8222a752817cb1a4d01a1232ed11b9dfb39d3999c2f5a816d960489b555df440",
+    "truthfulqa_generation.rehearsal.jsonl": "6846faf3af0a7bb07632997a90c47bbd44f46ec03c713b6a7a2ad1919ddb24db",
+    "truthfulqa_sample500.rq1_rq3.rehearsal.jsonl": "40f95f43db382f977be284fec57cdab8bcb5a197f70a438d8576981de558fcef",
 }
 
 PINNED_SHA256: dict[str, str] = {**RELEASE_SHA256, **DEMO_RELEASE_SHA256, **REHEARSAL_SHA256}

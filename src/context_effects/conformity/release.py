@@ -202,7 +202,8 @@ def match_items(dataset: str, items: pd.DataFrame, rows: Iterable[Mapping[str, A
                 path: str | Path = "release file") -> pd.DataFrame:
     """The rows of the normalised ``items`` that are the release's items (see module docstring).
 
-    Returns them in source order with ``attrs["release"]`` describing the match;
+    Returns them in source order with ``attrs["release"]`` describing the match and
+    ``attrs["release_order"]`` their item ids in the release file's order;
     ``ReleaseMatchError`` lists every released item without a counterpart.
     """
     released = release_items(rows)
@@ -247,6 +248,9 @@ def match_items(dataset: str, items: pd.DataFrame, rows: Iterable[Mapping[str, A
                                 f"remove those items from the release file.{split_hint}\n- " + "\n- ".join(shown))
     out = items.iloc[sorted(positions)].reset_index(drop=True)
     out.attrs = dict(items.attrs)
+    # The release file's item order is its own random draw order: a cut of the sample
+    # (``n_items`` below its count) takes a prefix of it (datasets.build_item_table).
+    out.attrs["release_order"] = [str(items.iloc[pos]["item_id"]) for pos in positions]
     out.attrs["release"] = {
         "path": str(path), "repo": RELEASE_REPO, "commit": RELEASE_COMMIT, "n_items": len(positions),
         "matched_by": how,

@@ -25,7 +25,8 @@ Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
         [--generators 2] [--judges 3] [--warmup 300] [--samples 300] [--chains 2] [--json out.json]
         [--generator-mean] [--scale 0.25] [--resume] [--init svi]
 
-``--init svi`` calibrates the fast path (NUTS started from an SVI fit, ``fit.init: svi``).
+``--init svi`` calibrates the fast path (NUTS started from an SVI fit, ``fit.init: svi``);
+``--init svi --split-means z_b`` the paper config's sampler (``fit.split_means: [z_b]``).
 
 ``--planted FILE`` fixes every replicate's values instead of drawing them from the prior
 (:func:`planted_values`): the coverage is then frequentist, at that one point, e.g. the
@@ -142,7 +143,8 @@ def replicate(seed: int, args) -> dict:
     )
     data = prepare_data(table)
     fit = fit_nuts(data, chains=args.chains, warmup=args.warmup, samples=args.samples, seed=seed,
-                   precision=args.precision, theta_anchor=1.5, generator_mean=args.generator_mean, init=args.init)
+                   precision=args.precision, theta_anchor=1.5, generator_mean=args.generator_mean, init=args.init,
+                   split_means=tuple(filter(None, args.split_means.split(","))))
     blocks = derived_blocks(fit.samples, data)
     truth_params = truth.as_params(data, generator_mean=args.generator_mean)
     true = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth_params.items()}, data)
@@ -192,8 +194,9 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
 
 def _settings_key(args) -> dict:
     """The settings a replicate's result depends on (not how many replicates, not where they go;
-    files written before ``--init`` existed ran the default start)."""
+    files written before ``--init`` and ``--split-means`` existed ran the default start and basis)."""
     return {"init": "median", "planted": None, "precision": "float64", "design": "main", "blocks": None,
+            "split_means": "",
             **{k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume", "first_seed")}}
 
 
@@ -233,6 +236,8 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0,
                     help="first replicate seed (two processes can split one set of replicates)")
     ap.add_argument("--precision", default="float64", choices=["float32", "float64"])
+    ap.add_argument("--split-means", default="", help="fit_nuts(split_means=...): comma list of z_b, eps; "
+                    "z_b = the paper config's sampler (conformity.fit.split_means)")
     ap.add_argument("--design", default="main", choices=["main", "decomposition"],
                     help="simulate_ratings's design: the main corpus's or the decomposition corpus's trials")
     ap.add_argument("--blocks", default=None,
@@ -284,7 +289,7 @@ def main() -> None:
     source = f"data draws at the values of {args.planted}" if args.planted else "prior draws"
     print(f"Calibration of the {model} over {s['replicates']} {source} ({args.items} items × {args.generators} "
           f"generators × 8 answers per trial × {args.judges} judges; NUTS {args.chains} × ({args.warmup} + "
-          f"{args.samples}), {args.precision}, init {args.init}):")
+          f"{args.samples}), {args.precision}, init {args.init}, split_means {args.split_means or None}):")
     for name in blocks:
         b = s[name]
         cov = ", ".join(f"{int(q * 100)}%: {b[f'coverage_{int(q * 100)}']:.3f} ± {b[f'coverage_{int(q * 100)}_se']:.3f}"

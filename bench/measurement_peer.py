@@ -2,7 +2,7 @@
 
 Variants, one chain each, float64, the same warm-up and draw counts:
 - ``ours-<init>``: ``fit_nuts`` with the paper config's sampler settings (config/config.yaml,
-  conformity.fit: init, target_accept, max_tree_depth, precision, theta_anchor) and its
+  conformity.fit: init, split_means, target_accept, max_tree_depth, precision, theta_anchor) and its
   defaults (grid layout, stable ordinal log-prob, dense mass block over the globals);
   ``--inits median,svi`` runs both starts.
 - ``nutpie-jax``, ``nutpie-numba``: the paper's model written in PyMC as a statistician
@@ -41,8 +41,13 @@ Usage::
 
     .venv/bin/python bench/measurement_peer.py [--items 50 | --scales 50,125,500] [--warmup 400 --samples 400]
         [--chains 1] [--repeats 3] [--inits svi] [--variants ours,nutpie-jax,nutpie-numba]
-        [--cache cold] [--peer-python .venv-peer/bin/python] [--json FILE]
+        [--cache cold] [--peer-python .venv-peer/bin/python] [--json FILE [--resume [--rerun ours]]]
     .venv/bin/python bench/measurement_peer.py --print FILE   # the summary of a saved run
+
+``--resume`` keeps the runs already in ``--json`` and runs only the missing (variant, scale,
+repeat); ``--rerun ours`` drops our kept runs first, so after a change to our fit only ours
+runs again beside the peers' kept runs (then not interleaved with them: compare per CPU
+second). Each of our runs records its sampler (``init``, ``split_means``).
 
 Scales: 50 items = 1/10 paper scale (11,600 ratings), 125 = 1/4, 500 = full.
 """
@@ -102,6 +107,7 @@ def sampler_config() -> dict:
     fit = load_config(REPO / "config" / "config.yaml")["conformity"]["fit"]
     return {
         "init": fit.get("init", "median"),
+        "split_means": list(fit.get("split_means", [])),
         "target_accept": float(fit.get("target_accept", 0.95)),
         "max_tree_depth": int(fit.get("max_tree_depth", 10)),
         "precision": fit.get("precision", "float64"),
@@ -288,7 +294,8 @@ def ours_fit(spec: dict) -> dict:
     c0 = _cpu()
     fit = fit_nuts(data, chains=spec["chains"], warmup=spec["warmup"], samples=spec["samples"], seed=spec["seed"],
                    target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"],
-                   precision="float64", theta_anchor=spec["theta_anchor"], init=spec["init"], keep_locals=False,
+                   precision="float64", theta_anchor=spec["theta_anchor"], init=spec["init"],
+                   split_means=tuple(spec.get("split_means", ())), keep_locals=False,
                    compilation_cache=spec["cache"] if spec["cache"] else True)
     cpu = _cpu() - c0
     t, st = fit.timings, fit.sampler_stats
@@ -361,6 +368,7 @@ def summarise(saved: dict) -> None:
     import numpy as np
 
     runs = saved["runs"]
+    ratios = []  # (items, our variant, {clock: ratio}) for the closing table
     for items in sorted({r["items"] for r in runs}):
         rs = [r for r in runs if r["items"] == items]
         variants = list(dict.fromkeys(r["variant"] for r in rs))
@@ -391,6 +399,8 @@ def summarise(saved: dict) -> None:
                 best = max(peers, key=lambda p: med[p][key])
                 parts.append(f"{label} x{med[v][key] / max(med[best][key], 1e-12):.2f} (vs {best})")
             print(f"ratio {v} / best peer: " + "; ".join(parts))
+            ratios.append((items, v, {key: med[v][key] / max(max(med[p][key] for p in peers), 1e-12)
+                                      for key in ("eta/cpu_s", "gamma/cpu_s", "eta/wall_s", "gamma/wall_s")}))
         # posterior means of η, run against run within a repeat: the same posterior shows |z| ≲ 3
         worst = {}
         for rep in sorted({r["repeat"] for r in rs}):
@@ -404,6 +414,31 @@ def summarise(saved: dict) -> None:
         if worst:
             print("largest |z| of eta's posterior means (difference / combined MCSE, over cells and repeats): "
                   + "; ".join(f"{a} vs {b} {z:.2f}" for (a, b), z in worst.items()))
+    if len({items for items, _, _ in ratios}) > 1:
+        print("\n# ours / the best peer at each scale (min bulk ESS per second of the whole fit; medians over repeats)")
+        print(f"{'items':>5s} {'scale':>6s} {'variant':13s} {'eta/CPU-s':>9s} {'gam/CPU-s':>9s} {'eta/wall-s':>10s} "
+              f"{'gam/wall-s':>10s}")
+        for items, v, r in ratios:
+            print(f"{items:5d} {items / 500:6.2f} {v:13s} {r['eta/cpu_s']:9.2f} {r['gamma/cpu_s']:9.2f} "
+                  f"{r['eta/wall_s']:10.2f} {r['gamma/wall_s']:10.2f}")
+
+
+#: settings a kept run must share with the resumed bench
+RESUME_KEYS = ("warmup", "samples", "chains", "cache", "data_seed")
+
+
+def kept_runs(saved: dict, settings: dict, rerun: str) -> list[dict]:
+    """The runs of a saved file that a resumed bench keeps: all but those of ``rerun``'s
+    variants (``ours`` = every start of ours); the file must share ``RESUME_KEYS``."""
+    differ = {k: (saved["settings"].get(k), settings[k]) for k in RESUME_KEYS if saved["settings"].get(k) != settings[k]}
+    if differ:
+        raise SystemExit(f"--resume: the file was run with other settings {differ}; use another --json")
+    dropped = {v for v in rerun.split(",") if v}
+
+    def is_dropped(variant):
+        return variant in dropped or ("ours" in dropped and variant.startswith("ours-"))
+
+    return [r for r in saved["runs"] if not is_dropped(r["variant"])]
 
 
 def main() -> None:
@@ -423,7 +458,13 @@ def main() -> None:
     ap.add_argument("--peer-python", default=PEER_PYTHON, help="interpreter of the PyMC/nutpie venv")
     ap.add_argument("--json", help="write every run here (rewritten after each run)")
     ap.add_argument("--print", metavar="FILE", help="only print the summary of a file --json wrote")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in --json (same warm-up, draws, chains, cache, data) and run the rest")
+    ap.add_argument("--rerun", default="", help="with --resume: variants whose kept runs are dropped and run "
+                    "again, e.g. ours after a change to our fit (the peers' runs stay)")
     args = ap.parse_args()
+    if (args.resume or args.rerun) and not (args.json and args.resume):
+        ap.error("--resume needs --json, and --rerun needs --resume")
     if args.worker:
         spec = json.loads(args.worker)
         out = {"check": peer_check, "peer": peer_fit, "ours": ours_fit}[spec["kind"]](spec)
@@ -464,6 +505,9 @@ def main() -> None:
     saved = {"settings": settings, "versions": {"ours": {"jax": jax.__version__, "numpyro": numpyro.__version__,
                                                          "arviz": arviz.__version__}},
              "checks": {}, "runs": []}
+    if args.resume and Path(args.json).exists():
+        saved["runs"] = kept_runs(json.loads(Path(args.json).read_text()), settings, args.rerun)
+    done = {(r["variant"], r["items"], r["repeat"]) for r in saved["runs"]}
     print(f"# measurement model: ours vs PyMC + nutpie - {settings['date']}, {os.cpu_count()} CPUs, "
           f"load avg {os.getloadavg()[0]:.2f}; one thread per fit, one process per fit, caches {args.cache}")
     print(f"# {args.chains} chain(s) of {args.warmup} warm-up + {args.samples} draws, float64, target_accept "
@@ -488,6 +532,8 @@ def main() -> None:
             # interleaved: a change in machine load hits every variant alike
             for rep in range(args.repeats):
                 for variant in variants:
+                    if (variant, items, rep) in done:
+                        continue
                     caches = Path(tempfile.mkdtemp(dir=work))
                     spec = {"items": items, "data": str(npz), "draws": str(caches / "draws.npz"),
                             "warmup": args.warmup, "samples": args.samples, "chains": args.chains,
@@ -505,14 +551,18 @@ def main() -> None:
                         python = peer_python
                     else:
                         spec.update(kind="ours", init=variant.removeprefix("ours-"), data_seed=args.data_seed,
-                                    theta_anchor=config["theta_anchor"],
+                                    theta_anchor=config["theta_anchor"], split_means=config["split_means"],
                                     cache=str(caches / "jax") if args.cache == "cold" else "")
+                        # the sampler as this run had it: a resumed file may mix runs of several
+                        sampler = {"init": spec["init"], "split_means": spec["split_means"]}
                         python = sys.executable
                     r = run_worker(python, spec, env)
                     r.update(posterior_figures(caches / "draws.npz"))
                     shutil.rmtree(caches, ignore_errors=True)
                     r.update(variant=variant, items=items, ratings=data.n_ratings, repeat=rep, seed=42 + rep,
-                             load=os.getloadavg()[0])
+                             load=os.getloadavg()[0], date=time.strftime("%Y-%m-%d %H:%M"))
+                    if variant not in PEERS:
+                        r["sampler"] = sampler
                     saved["runs"].append(r)
                     print(f"{variant:13s} {items} items, repeat {rep + 1}/{args.repeats}: set-up {r['setup_s']:.1f} s, "
                           f"warm-up {r['warmup_s']:.1f} s, sampling {r['sampling_s']:.1f} s; whole fit "

@@ -16,6 +16,8 @@
         fitted guide, its covariance as the first mass matrix); (si64) both.
     (w64) = (i64) whose first slow warm-up window is 100 draws instead of Stan's 25
         (``warmup_windows=(75, 100, 50)``): the SVI metric is not replaced by a 25-draw estimate.
+    (z64) = (i64) with ``split_means=("z_b",)``: only the trial baselines' per-generator
+        means join the dense block (the paper config's sampler).
     Reported: min and median bulk ESS over γ and η, wall time (compile + warm-up + sampling),
     ESS per second, leapfrog steps per draw, peak RSS; the ratios to (a); and, for the pairs
     b/m, b64/m64, a/m, a/m64, whether the posterior means and SDs of η, γ, α, β, κ, σ agree
@@ -31,7 +33,7 @@ Each configuration runs in its own process (fresh JAX, own peak memory, own prec
 Usage::
 
     .venv/bin/python bench/measurement_speed.py [--warmup 400 --samples 400] [--full-warmup 20]
-        [--threads 1] [--skip-full] [--variants a,b,m,b64,m64,b_diag,s64,i64,si64,w64] [--cache DIR]
+        [--threads 1] [--skip-full] [--variants a,b,m,b64,m64,b_diag,s64,i64,si64,w64,z64] [--cache DIR]
         [--repeats 3] [--json runs.json [--resume]] [--items 125]
 
 ``--repeats R`` runs every variant R times (sampler seeds 42, 43, ...), interleaved, and
@@ -70,6 +72,8 @@ VARIANTS = {
              "split_means": True, "init": "svi"},
     "w64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64", "init": "svi",
             "warmup_windows": (75, 100, 50)},
+    "z64": {"layout": "grid", "ordinal": "stable", "dense_globals": True, "precision": "float64", "init": "svi",
+            "split_means": ("z_b",)},
 }
 LABELS = {
     "a": "(a) straightforward: long gathers, builtin OrderedLogistic, diag mass, f64",
@@ -82,6 +86,7 @@ LABELS = {
     "i64": "(i64) = (b64) started from SVI (a draw of the guide + its covariance as the first mass matrix)",
     "si64": "(si64) = (b64) with split_means and the SVI start",
     "w64": "(w64) = (i64) with a first slow warm-up window of 100 draws instead of 25 (warmup_windows)",
+    "z64": "(z64) = (i64) with the trial baselines' per-generator means in the dense block (split_means=('z_b',))",
 }
 
 
@@ -167,7 +172,7 @@ def worker(spec: dict) -> dict:
         precision=v["precision"],
         compilation_cache=spec["cache"],
         keep_locals=False,
-        split_means=v.get("split_means", False),
+        split_means=v.get("split_means", ()),
         init=v.get("init", "median"),
         warmup_windows=v.get("warmup_windows"),
         **quad,
@@ -476,7 +481,8 @@ def main() -> None:
     if len(runs) > 1:
         summarise_runs(runs)
     pairs = [(x, y) for x, y in (("b", "m"), ("b64", "m64"), ("a", "m"), ("a", "m64"), ("b64", "s64"), ("b64", "si64"),
-                                  ("b64", "i64"), ("a", "si64"), ("i64", "w64")) if x in rows and y in rows]
+                                  ("b64", "i64"), ("a", "si64"), ("i64", "w64"),
+                                  ("i64", "z64"), ("a", "z64")) if x in rows and y in rows]
     for x, y in pairs:
         if "posterior" in rows[x] and "posterior" in rows[y]:
             print(f"\n# posterior agreement {y} vs {x} (same data; z = difference / combined Monte Carlo SE)")

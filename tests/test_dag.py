@@ -194,6 +194,10 @@ def test_fit_settings_leave_out_plan_and_threshold_keys(paper):
     assert paper["conformity"]["fit"]["init"] == "svi" and s["init"] == "svi"
     median = {**paper, "conformity": {**paper["conformity"], "fit": {**paper["conformity"]["fit"], "init": "median"}}}
     assert "init" not in conformity_dag.fit_settings(median)
+    # so does the basis of the baselines: the paper config's, and none (the default) leaves no trace
+    assert paper["conformity"]["fit"]["split_means"] == ["z_b"] and s["split_means"] == ["z_b"]
+    plain = {**paper, "conformity": {**paper["conformity"], "fit": {**paper["conformity"]["fit"], "split_means": []}}}
+    assert "split_means" not in conformity_dag.fit_settings(plain)
 
 
 # ------------------------------------------------------------------ registries

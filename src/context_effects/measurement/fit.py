@@ -27,12 +27,13 @@ from context_effects.measurement.data import CONTENT_CONDITIONS, CONTENT_OF_PEER
 from context_effects.measurement.model import (
     GENERATOR_MEAN_SITE,
     LOCAL_SITES,
+    SPLIT_CONTRAST_SITES,
     ModelOptions,
     global_sites,
     increment_matrix,
-    local_sites,
     make_model,
     model_arrays,
+    split_sites,
     standard_local_sites,
 )
 
@@ -292,7 +293,7 @@ def fit_nuts(
     marginal: bool = False,
     quadrature_nodes: int = 9,
     generator_mean: bool = False,
-    split_means: bool = False,
+    split_means: tuple[str, ...] | bool = (),
     init: str = "median",
     svi_steps: int = 2000,
     warmup_windows: tuple[int, int, int] | None = None,
@@ -314,8 +315,8 @@ def fit_nuts(
         the node weights in ``answer_quality``.
     generator_mean: the sensitivity variant with per-generator baseline means μ_g
         (ModelOptions.generator_mean; the paper's model when False).
-    split_means: sample the locals as group means (in the dense block) + contrasts
-        (ModelOptions.split_means; same posterior, z_b and ε still recorded).
+    split_means: the locals ("z_b", "eps"; True = both) sampled as group means (in the dense
+        block) + contrasts (ModelOptions.split_means; same posterior, z_b and ε still recorded).
     init: "median" (numpyro's init_to_median, identity mass matrix) or "svi": ``svi_steps``
         of SVI with a full-covariance normal over the dense block's sites and a mean-field
         normal over the locals; each chain starts at its own overdispersed draw of the
@@ -373,8 +374,8 @@ def fit_nuts(
             jit_model_args=True,
         )
         # Under split_means the raw contrasts are never kept: z_b and ε are recorded as well.
-        dropped = local_sites(options) if (split_means or not keep_locals) else ()
-        if split_means and not keep_locals:
+        dropped = tuple(SPLIT_CONTRAST_SITES[s] for s in split_sites(options))
+        if not keep_locals:
             dropped = dropped + standard_local_sites(options)
         # Both phases collect the same fields so that, when warmup == samples (the paper's
         # 1,500 + 1,500), numpyro reuses the compiled loop instead of compiling a second one.
@@ -422,7 +423,7 @@ def fit_nuts(
             "marginal": marginal,
             "quadrature_nodes": quadrature_nodes if marginal else None,
             "generator_mean": generator_mean,
-            "split_means": split_means,
+            "split_means": list(options.split_means),
             "init": init,
             "svi_steps": svi_steps if init == "svi" else None,
             "warmup_windows": list(warmup_windows) if warmup_windows else None,
@@ -490,17 +491,16 @@ def _warmup_windows(sizes: tuple[int, int, int] | None):
 def _svi_start(model, options: ModelOptions, arrays, dense_block: tuple[str, ...], steps: int, seed: int,
                chains: int):
     """NUTS's start from a short SVI fit (full-covariance normal over the global sites,
-    mean-field over the locals): per chain, a start drawn from the fitted guide with its
-    scale doubled, and an initial inverse mass matrix {dense block: the guide's covariance,
-    every other site: its variances}. The warm-up's first iterations then start near the
+    mean-field over the locals): per chain, a start drawn from the fitted approximation with
+    its scale doubled, and an initial inverse mass matrix {dense block: its covariance, every
+    other site: its variances}. The warm-up's first iterations then start near the
     posterior with a usable metric instead of at a prior draw with the identity, where trees
     run to the maximum depth. Chains start from different, overdispersed points, as R-hat
     needs. SVI's intervals are too narrow (``fit_svi``), so the metric is only a start: the
     windowed adaptation replaces it. Returns unconstrained ``init_params`` (leading chain
     axis when ``chains`` > 1) and the inverse mass matrix.
 
-    The guides' set-up, the SVI steps and the draws are one compiled program
-    (``_svi_start_program``); the guides live only inside it."""
+    The start, the SVI steps and the draws are one compiled program (``_svi_start_program``)."""
     program = jax.jit(_svi_start_program(model, options, dense_block, steps, chains),
                       compiler_options=_compiler_options("svi"))
     # waited for here, so that the fit's start_s holds the SVI steps
@@ -510,58 +510,155 @@ def _svi_start(model, options: ModelOptions, arrays, dense_block: tuple[str, ...
     return starts, inverse_mass
 
 
-def _svi_start_program(model, options: ModelOptions, dense_block: tuple[str, ...], steps: int, chains: int):
-    """The SVI start as a function of (key, arrays) for ``jax.jit``.
+def _unpack(shapes: Mapping[str, tuple[int, ...]], names: Sequence[str], flat) -> dict[str, Any]:
+    """{site: value} from vectors laid out as ``names`` along the trailing axis of ``flat``."""
+    out, i = {}, 0
+    for k in names:
+        size = int(np.prod(shapes[k], dtype=np.int64))
+        out[k] = flat[..., i:i + size].reshape(*flat.shape[:-1], *shapes[k])
+        i += size
+    return out
 
-    Run eagerly, the autoguides' set-up (``init_to_median``, the search for a valid start)
-    compiles every operation of the model and its gradient as a program of its own: ~500
-    programs, ~25 s at 1/10 scale on one core, ~9 s from a warm persistent cache. Traced,
-    they are part of one program with the same operations and the same random draws; the
-    guides' set-up runs once, so the program is compiled with SVI_COMPILE.
+
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=["dense_loc", "scale_tril", "diagonal_loc", "diagonal_scale", "losses"],
+                   meta_fields=["dense", "diagonal", "shapes"])
+@dataclass
+class GaussianApproximation:
+    """A fitted normal q(z) over a model's unconstrained latent sites: a full covariance
+    L Lᵀ over ``dense`` (sites in that order, each raveled) and independent scales over
+    ``diagonal``. A pytree, so a jitted function can return it; ``shapes``: (site, shape)
+    pairs."""
+
+    dense: tuple[str, ...]
+    diagonal: tuple[str, ...]
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    dense_loc: Any
+    scale_tril: Any
+    diagonal_loc: Any
+    diagonal_scale: Any
+    losses: Any
+
+    def unpack(self, names: Sequence[str], flat) -> dict[str, Any]:
+        return _unpack(dict(self.shapes), names, flat)
+
+    def draw(self, key, n: int, dispersion: float = 1.0) -> dict[str, Any]:
+        """n draws of every site, with the scales times ``dispersion``: (n, *shape) each."""
+        kd, kl = jax.random.split(key)
+        dtype = self.diagonal_loc.dtype
+        zd = self.dense_loc + dispersion * jax.random.normal(kd, (n, self.dense_loc.shape[0]), dtype) @ self.scale_tril.T
+        zl = self.diagonal_loc + dispersion * self.diagonal_scale * jax.random.normal(
+            kl, (n, self.diagonal_loc.shape[0]), dtype)
+        return {**self.unpack(self.dense, zd), **self.unpack(self.diagonal, zl)}
+
+    def variances(self) -> dict[str, Any]:
+        """Each site's marginal variances, raveled."""
+        dense = self.unpack(self.dense, jax.numpy.sum(self.scale_tril**2, axis=1))
+        return {k: jax.numpy.ravel(v) for k, v in
+                {**dense, **self.unpack(self.diagonal, self.diagonal_scale**2)}.items()}
+
+
+#: numpyro's autoguides start their scales here (``init_scale``); so does this fit.
+SVI_INIT_SCALE = 0.1
+
+
+def gaussian_vi(model, args: tuple, dense_sites: Sequence[str], steps: int, learning_rate: float,
+                key) -> GaussianApproximation:
+    """Fit q(z) = N over the model's unconstrained latent sites by SVI: a full covariance over
+    the sites ``dense_sites`` names (those the model has), mean-field over the rest. Traceable;
+    call it inside ``jax.jit``.
+
+    What numpyro's ``AutoGuideList(AutoMultivariateNormal, AutoNormal)`` with ``Trace_ELBO``
+    fits, written against the model's potential energy (numpyro's ``potential_energy``:
+    −log joint on the unconstrained scale, Jacobians included) so that the compiled program
+    holds the model's gradient once: the autoguides' set-up also traces, and compiles, the
+    model's gradient once per guide to check their start, which made the program ~2.4× slower
+    to compile (12.7 against 5.2 CPU seconds at 1/10 scale on one core). Start: the prior
+    medians of 15 draws per site (numpyro's ``init_to_median``), scales ``SVI_INIT_SCALE``;
+    loss: one reparametrised draw's potential energy less q's entropy (the ELBO with the
+    entropy in closed form); clipped Adam, as the autoguides' fits used."""
+    import numpyro
+    from numpyro.distributions.transforms import biject_to
+    from numpyro.handlers import seed, substitute, trace
+    from numpyro.infer import init_to_median
+    from numpyro.infer.util import potential_energy
+    from numpyro.optim import ClippedAdam
+
+    jnp = jax.numpy
+    init_key, fit_key = jax.random.split(key)
+    # the prior medians as the model sees them; the likelihood traced with them is unused
+    # and XLA drops it
+    prior = trace(substitute(seed(model, init_key), substitute_fn=init_to_median(num_samples=15))).get_trace(*args)
+    latent = {k: s for k, s in prior.items() if s["type"] == "sample" and not s["is_observed"]}
+    start = {k: biject_to(s["fn"].support).inv(s["value"]) for k, s in latent.items()}
+    dense = tuple(k for k in dense_sites if k in start)
+    diagonal = tuple(k for k in start if k not in dense)
+    shapes = {k: tuple(v.shape) for k, v in start.items()}
+
+    def ravel(names):
+        dtype = jnp.result_type(float)
+        return jnp.concatenate([jnp.ravel(start[k]) for k in names]) if names else jnp.zeros((0,), dtype)
+
+    dense_loc, diagonal_loc = ravel(dense), ravel(diagonal)
+    d = dense_loc.shape[0]
+    raw_scale = float(np.log(np.expm1(SVI_INIT_SCALE)))  # softplus⁻¹
+    params = {"dense_loc": dense_loc, "dense_tril": jnp.diag(jnp.full((d,), raw_scale, dense_loc.dtype)),
+              "diagonal_loc": diagonal_loc, "diagonal_scale": jnp.full(diagonal_loc.shape, raw_scale, diagonal_loc.dtype)}
+    strictly_lower = jnp.tril(jnp.ones((d, d), dense_loc.dtype), -1)
+
+    def scales(p):
+        # L = diag(s) · U with U unit lower triangular, as numpyro's AutoMultivariateNormal
+        # parameterises it: an Adam step on U's entries then moves L by s times as much, not
+        # by the full step (raw entries of L random-walk to variances 10-100× too wide)
+        unit = p["dense_tril"] * strictly_lower + jnp.eye(d, dtype=dense_loc.dtype)
+        tril = jax.nn.softplus(jnp.diagonal(p["dense_tril"]))[:, None] * unit
+        return tril, jax.nn.softplus(p["diagonal_scale"])
+
+    def loss(p, k):
+        tril, scale = scales(p)
+        kd, kl = jax.random.split(k)
+        zd = p["dense_loc"] + tril @ jax.random.normal(kd, (d,), dense_loc.dtype)
+        zl = p["diagonal_loc"] + scale * jax.random.normal(kl, scale.shape, scale.dtype)
+        z = {**_unpack(shapes, dense, zd), **_unpack(shapes, diagonal, zl)}
+        entropy = jnp.sum(jnp.log(jnp.diagonal(tril))) + jnp.sum(jnp.log(scale))
+        return potential_energy(model, args, {}, z) - entropy
+
+    optimiser = ClippedAdam(step_size=learning_rate)
+
+    def step(state, k):
+        value, grads = jax.value_and_grad(loss)(optimiser.get_params(state), k)
+        return optimiser.update(grads, state, value=value), value
+
+    with numpyro.validation_enabled(False):  # the arguments are traced: nothing to check
+        state, losses = jax.lax.scan(step, optimiser.init(params), jax.random.split(fit_key, steps))
+    fitted = optimiser.get_params(state)
+    tril, scale = scales(fitted)
+    return GaussianApproximation(dense, diagonal, tuple(shapes.items()), fitted["dense_loc"], tril,
+                                 fitted["diagonal_loc"], scale, losses)
+
+
+def _svi_start_program(model, options: ModelOptions, dense_block: tuple[str, ...], steps: int, chains: int):
+    """The SVI start as a function of (key, arrays) for ``jax.jit``: ``gaussian_vi`` with the
+    global sites in the full-covariance block, then one overdispersed draw per chain.
     Returns (starts per site, with a leading chain axis when ``chains`` > 1, the dense
     block's covariance or None, {names of the other sites: their variances} or {})."""
     n = max(chains, 1)
 
     def start(key, arrays):
-        import numpyro
-
-        # numpyro checks a distribution's arguments, and builds the checks' masks (e.g.
-        # for the dense guide's scale matrix) eagerly even while this is traced: ~24 small
-        # programs, ~0.7 s to compile. The arguments here are traced, so nothing is checked.
-        with numpyro.validation_enabled(False):
-            return traced_start(key, arrays)
-
-    def traced_start(key, arrays):
-        guide = _svi_guide(model, options, "mvn_globals", 0)
-        fit_key, draw_key, local_key = jax.random.split(key, 3)
-        params = _run_svi(model, guide, arrays, steps, 0.01, fit_key)[0]
-        dense_guide = guide[0]
-        post = dense_guide.get_posterior(params)
-        normal = jax.random.normal(draw_key, (n, post.loc.shape[0]), post.loc.dtype)
-        starts = jax.vmap(dense_guide._unpack_latent)(post.loc + START_DISPERSION * normal @ post.scale_tril.T)
-        # the guide's latent vector is ordered by its own flattening: find each site's slots
-        positions = dense_guide._unpack_latent(jax.numpy.arange(post.loc.shape[0], dtype=post.loc.dtype))
-        slots = {k: jax.numpy.ravel(v).astype(jax.numpy.int32) for k, v in positions.items()}
-        covariance = post.covariance_matrix
-        local_names = sorted(k[: -len("_auto_scale")] for k in params if k.endswith("_auto_scale"))
-        for i, k in enumerate(local_names):
-            loc, scale = params[f"{k}_auto_loc"], params[f"{k}_auto_scale"]
-            noise = jax.random.normal(jax.random.fold_in(local_key, i), (n, *loc.shape), loc.dtype)
-            starts[k] = loc + START_DISPERSION * scale * noise
+        fit_key, draw_key = jax.random.split(key)
+        approx = gaussian_vi(model, (arrays,), global_sites(options), steps, 0.01, fit_key)
+        starts = approx.draw(draw_key, n, START_DISPERSION)
+        variances = approx.variances()
         dense = None
         if dense_block:
-            order = jax.numpy.concatenate([slots[k] for k in dense_block])
-            dense = covariance[order[:, None], order[None, :]]
-        diagonal = tuple(sorted((set(slots) - set(dense_block)) | set(local_names)))
-        variances = {}
-        if diagonal:
-            variances[diagonal] = jax.numpy.concatenate([
-                jax.numpy.ravel(params[f"{k}_auto_scale"]) ** 2 if k in local_names
-                else jax.numpy.diagonal(covariance)[slots[k]] for k in diagonal
-            ])
+            if tuple(dense_block) != approx.dense:
+                raise ValueError(f"the dense block {dense_block} must be the model's global sites {approx.dense}")
+            dense = approx.scale_tril @ approx.scale_tril.T
+        diagonal = tuple(sorted(set(starts) - set(dense_block)))
+        inverse = {diagonal: jax.numpy.concatenate([variances[k] for k in diagonal])} if diagonal else {}
         if chains <= 1:
             starts = {k: v[0] for k, v in starts.items()}
-        return starts, dense, variances
+        return starts, dense, inverse
 
     return start
 
@@ -624,7 +721,7 @@ def _svi_guide(model, options: ModelOptions, guide: str, rank: int):
         g.append(AutoMultivariateNormal(block(seed(model, 0), expose=glob), init_loc_fn=init))
         # deterministic sites (η under the increment prior, z_b and ε under split_means)
         # must be hidden from sub-guides
-        deterministic = ["eta", *(standard_local_sites(options) if options.split_means else ())]
+        deterministic = ["eta", *split_sites(options)]
         g.append(AutoNormal(block(seed(model, 1), hide=glob + deterministic), init_loc_fn=init))
         return g
     raise ValueError("guide must be 'normal', 'lowrank' or 'mvn_globals'")

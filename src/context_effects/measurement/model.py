@@ -21,8 +21,9 @@ Two layouts compute the same log-likelihood: ``"long"`` gathers per rating (the
 straightforward form), ``"grid"`` broadcasts over a dense answer × judge array
 (no per-rating scatter-add in the gradient; faster on CPU).
 
-``split_means=True`` samples the same non-centred locals in another orthonormal basis: per
-group (the trials of one generator; the answers of one generator × condition cell, Round 1
+``split_means`` (a tuple of local sites, ``("z_b",)``, ``("eps",)`` or both; True = both)
+samples the same non-centred locals in another orthonormal basis: per group (for z_b the
+trials of one generator; for ε the answers of one generator × condition cell, Round 1
 included) the normalised group mean z̄·√n and the group's Helmert contrasts. The map is a
 rotation, so the N(0, I) prior, the likelihood and the posterior are unchanged; what changes
 is that the few directions that trade off against η — shifting every baseline of a
@@ -30,7 +31,11 @@ generator against its shifts, or every answer deviation of a cell against that c
 become single coordinates, which join the dense mass-matrix block of the globals
 (``global_sites``) instead of being spread over thousands of diagonal ones. ``z_b`` and
 ``eps`` are still recorded (deterministic sites), so everything downstream reads the same
-draws.
+draws. Why z_b's: a generator's Round-1 answers alone place its mean baseline, while its
+Round-2 cells place baseline + shift, so each shift's posterior leans on that mean
+(correlation about −0.66 on simulated 1/4-scale data) and its cells on each other (0.5–0.7);
+spread over a generator's trials, that mean is a direction the diagonal metric cannot scale,
+and it was the slowest-mixing quantity of the fit.
 
 ``marginal=True`` (grid layout) integrates ε_i out instead of sampling it. Given the
 globals and b_t, the ratings of answer i (blind and informed, all judges) are independent
@@ -98,9 +103,9 @@ class ModelOptions:
     generator_mean: the sensitivity variant b_t ~ N(μ_g(t), σ_b) with μ_g ~ N(0, 1) per
         generator (module docstring); off = the paper's b_t ~ N(0, σ_b). Any layout, either
         shift prior, sampled or marginal ε; still non-centred (b_t = μ_g + σ_b z_t).
-    split_means: sample z_b and ε as group means + Helmert contrasts (module docstring):
-        the same posterior in a basis where the directions that trade off against η are
-        in the dense mass-matrix block.
+    split_means: the local sites (``"z_b"``, ``"eps"``) sampled as group means + Helmert
+        contrasts (module docstring): the same posterior in a basis where the directions
+        that trade off against η are in the dense mass-matrix block. True = both, False = none.
     """
 
     theta_anchor: float = 1.5
@@ -110,9 +115,14 @@ class ModelOptions:
     marginal: bool = False
     quadrature_nodes: int = 9
     generator_mean: bool = False
-    split_means: bool = False
+    split_means: tuple[str, ...] = ()
 
     def __post_init__(self):
+        split = {True: LOCAL_SITES, False: ()}.get(self.split_means, self.split_means) \
+            if isinstance(self.split_means, bool) else tuple(self.split_means)
+        if set(split) - set(LOCAL_SITES):
+            raise ValueError(f"split_means takes sites of {LOCAL_SITES}, got {self.split_means!r}")
+        object.__setattr__(self, "split_means", tuple(s for s in LOCAL_SITES if s in split))
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
         if self.ordinal not in ORDINALS:
@@ -132,11 +142,15 @@ def standard_local_sites(options: ModelOptions) -> tuple[str, ...]:
     return ("z_b",) if options.marginal else LOCAL_SITES
 
 
+def split_sites(options: ModelOptions) -> tuple[str, ...]:
+    """The recorded local sites this variant samples as group means + contrasts."""
+    return tuple(s for s in standard_local_sites(options) if s in options.split_means)
+
+
 def local_sites(options: ModelOptions) -> tuple[str, ...]:
     """Names of the per-trial / per-answer sample sites of this variant."""
-    if options.split_means:
-        return tuple(SPLIT_CONTRAST_SITES[s] for s in standard_local_sites(options))
-    return standard_local_sites(options)
+    split = split_sites(options)
+    return tuple(SPLIT_CONTRAST_SITES[s] if s in split else s for s in standard_local_sites(options))
 
 
 def helmert_layout(group: np.ndarray) -> dict[str, np.ndarray]:
@@ -205,8 +219,7 @@ def global_sites(options: ModelOptions) -> tuple[str, ...]:
         sites = tuple("eta_increment" if s == "eta" else s for s in sites)
     if options.generator_mean:
         sites = (*sites, GENERATOR_MEAN_SITE)
-    if options.split_means:
-        sites = (*sites, *(SPLIT_MEAN_SITES[s] for s in standard_local_sites(options)))
+    sites = (*sites, *(SPLIT_MEAN_SITES[s] for s in split_sites(options)))
     return sites
 
 
@@ -320,10 +333,9 @@ def model_arrays(data: MeasurementData, options: ModelOptions, dtype=None) -> di
         arr["eta_map"] = increment_matrix(data)
     if options.generator_mean:
         arr["answer_generator"] = data.answer_generator
-    if options.split_means:
-        for site, group in split_groups(data).items():
-            if site in standard_local_sites(options):
-                arr.update({f"{site}_{k}": v for k, v in helmert_layout(group).items()})
+    for site, group in split_groups(data).items():
+        if site in split_sites(options):
+            arr.update({f"{site}_{k}": v for k, v in helmert_layout(group).items()})
     if options.marginal:
         if data.n_answers and np.any(data.grid["inf_answer"] >= data.n_answers):
             raise ValueError("marginal=True expects informed ratings of experimental answers only, not anchors")
@@ -528,7 +540,7 @@ def make_model(data: MeasurementData, options: ModelOptions = ModelOptions()) ->
         for site, n in (("z_b", n_trials), ("eps", n_answers)):
             if site not in standard_local_sites(options):
                 continue
-            if options.split_means:
+            if site in split_sites(options):
                 n_groups = arrays[f"{site}_inv_sqrt_n"].shape[0]
                 mean = normal(SPLIT_MEAN_SITES[site], n_groups)
                 contrast = normal(SPLIT_CONTRAST_SITES[site], n - n_groups)

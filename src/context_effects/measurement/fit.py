@@ -521,7 +521,7 @@ def _unpack(shapes: Mapping[str, tuple[int, ...]], names: Sequence[str], flat) -
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=["dense_loc", "scale_tril", "diagonal_loc", "diagonal_scale", "losses"],
+                   data_fields=["dense_loc", "scale_tril", "diagonal_loc", "diagonal_scale"],
                    meta_fields=["dense", "diagonal", "shapes"])
 @dataclass
 class GaussianApproximation:
@@ -537,7 +537,6 @@ class GaussianApproximation:
     scale_tril: Any
     diagonal_loc: Any
     diagonal_scale: Any
-    losses: Any
 
     def unpack(self, names: Sequence[str], flat) -> dict[str, Any]:
         return _unpack(dict(self.shapes), names, flat)
@@ -627,14 +626,14 @@ def gaussian_vi(model, args: tuple, dense_sites: Sequence[str], steps: int, lear
 
     def step(state, k):
         value, grads = jax.value_and_grad(loss)(optimiser.get_params(state), k)
-        return optimiser.update(grads, state, value=value), value
+        return optimiser.update(grads, state, value=value), None
 
     with numpyro.validation_enabled(False):  # the arguments are traced: nothing to check
-        state, losses = jax.lax.scan(step, optimiser.init(params), jax.random.split(fit_key, steps))
+        state, _ = jax.lax.scan(step, optimiser.init(params), jax.random.split(fit_key, steps))
     fitted = optimiser.get_params(state)
     tril, scale = scales(fitted)
     return GaussianApproximation(dense, diagonal, tuple(shapes.items()), fitted["dense_loc"], tril,
-                                 fitted["diagonal_loc"], scale, losses)
+                                 fitted["diagonal_loc"], scale)
 
 
 def _svi_start_program(model, options: ModelOptions, dense_block: tuple[str, ...], steps: int, chains: int):

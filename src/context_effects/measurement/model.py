@@ -333,9 +333,10 @@ def model_arrays(data: MeasurementData, options: ModelOptions, dtype=None) -> di
         arr["eta_map"] = increment_matrix(data)
     if options.generator_mean:
         arr["answer_generator"] = data.answer_generator
-    for site, group in split_groups(data).items():
-        if site in split_sites(options):
-            arr.update({f"{site}_{k}": v for k, v in helmert_layout(group).items()})
+    if split_sites(options):
+        for site, group in split_groups(data).items():
+            if site in split_sites(options):
+                arr.update({f"{site}_{k}": v for k, v in helmert_layout(group).items()})
     if options.marginal:
         if data.n_answers and np.any(data.grid["inf_answer"] >= data.n_answers):
             raise ValueError("marginal=True expects informed ratings of experimental answers only, not anchors")

@@ -45,9 +45,9 @@ Usage::
     .venv/bin/python bench/measurement_peer.py --print FILE   # the summary of a saved run
 
 ``--resume`` keeps the runs already in ``--json`` and runs only the missing (variant, scale,
-repeat); ``--rerun ours`` drops our kept runs first, so after a change to our fit only ours
-runs again beside the peers' kept runs (then not interleaved with them: compare per CPU
-second). Each of our runs records its sampler (``init``, ``split_means``).
+repeat); ``--rerun ours`` drops our kept runs at the scales of this run first, so after a
+change to our fit only ours runs again beside the peers' kept runs (then not interleaved
+with them: compare per CPU second). Each of our runs records its sampler (``init``, ``split_means``).
 
 Scales: 50 items = 1/10 paper scale (11,600 ratings), 125 = 1/4, 500 = full.
 """
@@ -427,9 +427,10 @@ def summarise(saved: dict) -> None:
 RESUME_KEYS = ("warmup", "samples", "chains", "cache", "data_seed")
 
 
-def kept_runs(saved: dict, settings: dict, rerun: str) -> list[dict]:
+def kept_runs(saved: dict, settings: dict, rerun: str, scales: list[int]) -> list[dict]:
     """The runs of a saved file that a resumed bench keeps: all but those of ``rerun``'s
-    variants (``ours`` = every start of ours); the file must share ``RESUME_KEYS``."""
+    variants (``ours`` = every start of ours) at the ``scales`` this run fits (so a rerun at
+    one scale keeps the others'); the file must share ``RESUME_KEYS``."""
     differ = {k: (saved["settings"].get(k), settings[k]) for k in RESUME_KEYS if saved["settings"].get(k) != settings[k]}
     if differ:
         raise SystemExit(f"--resume: the file was run with other settings {differ}; use another --json")
@@ -438,7 +439,7 @@ def kept_runs(saved: dict, settings: dict, rerun: str) -> list[dict]:
     def is_dropped(variant):
         return variant in dropped or ("ours" in dropped and variant.startswith("ours-"))
 
-    return [r for r in saved["runs"] if not is_dropped(r["variant"])]
+    return [r for r in saved["runs"] if not (is_dropped(r["variant"]) and r["items"] in scales)]
 
 
 def main() -> None:
@@ -506,7 +507,7 @@ def main() -> None:
                                                          "arviz": arviz.__version__}},
              "checks": {}, "runs": []}
     if args.resume and Path(args.json).exists():
-        saved["runs"] = kept_runs(json.loads(Path(args.json).read_text()), settings, args.rerun)
+        saved["runs"] = kept_runs(json.loads(Path(args.json).read_text()), settings, args.rerun, scales)
     done = {(r["variant"], r["items"], r["repeat"]) for r in saved["runs"]}
     print(f"# measurement model: ours vs PyMC + nutpie - {settings['date']}, {os.cpu_count()} CPUs, "
           f"load avg {os.getloadavg()[0]:.2f}; one thread per fit, one process per fit, caches {args.cache}")

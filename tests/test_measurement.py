@@ -464,6 +464,48 @@ def test_fit_uses_the_requested_warmup_windows_and_restores_numpyros(jax_cache, 
     assert fit.settings["warmup_windows"] == [20, 30, 10]
 
 
+def test_fast_loop_options_reach_xla_only_in_small_fits_and_numpyro_is_restored(jax_cache, monkeypatch):
+    """The sampler loop's XLA options must reach the compile of numpyro's loop (an option XLA
+    does not know makes that compile fail, so the failure shows they arrived), only when the
+    fit is small enough (FAST_LOOP_MAX_WORK), and numpyro's jit must be its own afterwards,
+    also after a failure."""
+    import numpyro.util
+    from jax.errors import JaxRuntimeError
+
+    from context_effects.measurement import fit as fit_module
+
+    real = fit_module._compiler_options
+    monkeypatch.setattr(fit_module, "_compiler_options",
+                        lambda name: {"xla_no_such_option": True} if name == "loop" else real(name))
+    original = numpyro.util.maybe_jit
+    data = _tiny()
+    settings = dict(chains=1, warmup=20, samples=20, keep_locals=False, compilation_cache=jax_cache)
+    assert 40 * data.n_ratings <= fit_module.FAST_LOOP_MAX_WORK  # small: the fast loop is chosen
+    with pytest.raises(JaxRuntimeError, match="xla_no_such_option"):
+        fit_nuts(data, **settings)
+    assert numpyro.util.maybe_jit is original
+    monkeypatch.setattr(fit_module, "FAST_LOOP_MAX_WORK", 40 * data.n_ratings - 1)  # now too large
+    fit = fit_nuts(data, **settings)
+    assert fit.settings["fast_loop"] is False and numpyro.util.maybe_jit is original
+    with pytest.raises(JaxRuntimeError, match="xla_no_such_option"):
+        fit_nuts(data, fast_loop=True, **settings)  # asked for: used whatever the size
+
+
+def test_fast_loop_warns_when_numpyro_compiles_no_loop_through_it():
+    """A numpyro that compiles its loop elsewhere leaves the fit right but slower: said, not silent."""
+    import jax.numpy as jnp
+    from numpyro.util import fori_collect
+
+    from context_effects.measurement.fit import FAST_LOOP_COMPILE, _loop_compiler_options
+
+    with _loop_compiler_options(FAST_LOOP_COMPILE) as loop:
+        last = fori_collect(0, 3, lambda x: x + 1.0, jnp.zeros(()), progbar=False, return_last_val=True)[1]
+    assert loop.loops == 1 and float(last) == 3.0
+    with pytest.warns(RuntimeWarning, match="_fori_collect_loop"):
+        with _loop_compiler_options(FAST_LOOP_COMPILE):
+            pass
+
+
 def test_summary_diagnostics_and_netcdf(recovery_fit, tmp_path):
     fit, _, _ = recovery_fit
     summ = summarize(fit)

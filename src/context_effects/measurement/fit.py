@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,18 +54,31 @@ STAN_WINDOWS = (75, 25, 50)
 #: LLVM optimisation, XLA's older loop emitters). A chain's initialisation (a few gradients)
 #: compiles in ~0.7 instead of ~3 CPU seconds at 1/10 scale on one core.
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
-#: XLA options for the SVI programs (2,000+ steps): the SVI start compiles in ~7 instead of
-#: ~12.5 CPU seconds and its steps take ~1.2 instead of ~1.0 s at 1/10 scale; at full scale
-#: compile + steps are 9.1 + 9.2 s instead of 12.2 + 7.9 s. (FAST_COMPILE: ~5 s of compile
-#: but 3.3 s of steps at 1/10 scale, and the steps grow with the data.)
-SVI_COMPILE = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
+#: XLA options for the SVI programs (2,000+ steps). The SVI start at 1/10 scale on one core,
+#: compile + steps in CPU seconds (two runs each): XLA's defaults 8.0 + 0.8 and 6.2 + 0.7;
+#: these options without ``xla_llvm_disable_expensive_passes`` 4.9 + 1.1 and 4.3 + 1.1; with
+#: it 4.1 + 1.0 and 3.6 + 0.9. At full scale the last two were alike (steps 9.4–11.9 s).
+#: (FAST_COMPILE: 2.6–3.2 s of compile but 3.4–4.5 s of steps, and the steps grow with the data.)
+SVI_COMPILE = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False,
+               "xla_llvm_disable_expensive_passes": True}
+#: XLA options for numpyro's sampler loop in a small fit: XLA's older loop emitters compile
+#: the loop in ~4–6.5 instead of ~8.5–9 CPU seconds on one core (1/10 and full scale), but
+#: each leapfrog step then takes ~10% longer at full scale (``bench/measurement_loop_compile.py``:
+#: 5.29 against 4.83 ms), 3.7–4 ns more per rating and step.
+FAST_LOOP_COMPILE = {"xla_cpu_use_fusion_emitters": False}
+#: The sampler loop is compiled with FAST_LOOP_COMPILE when chains × (warm-up + draws) ×
+#: ratings is at most this: at ~60 leapfrog steps per draw, ~3 s of compile saved (the
+#: smallest save measured) pays for the slower steps up to ~1.25–1.35e7 (rounded down, so
+#: that a fit near the line keeps the faster steps). The paper's fit (4 × 3,000 draws of 116,000 ratings, 1.4e9) is far above
+#: it; the demo's fits, the tests' and a 1/10-scale fit of 400 + 400 draws are below.
+FAST_LOOP_MAX_WORK = 1e7
 
 
 @functools.cache
 def _compiler_options(name: str) -> dict[str, Any] | None:
-    """FAST_COMPILE or SVI_COMPILE where they were measured (XLA:CPU) and this XLA knows
-    their options; None (XLA's defaults) otherwise."""
-    options = {"fast": FAST_COMPILE, "svi": SVI_COMPILE}[name]
+    """FAST_COMPILE, SVI_COMPILE or FAST_LOOP_COMPILE where they were measured (XLA:CPU) and
+    this XLA knows their options; None (XLA's defaults) otherwise."""
+    options = {"fast": FAST_COMPILE, "svi": SVI_COMPILE, "loop": FAST_LOOP_COMPILE}[name]
     if jax.default_backend() != "cpu":
         return None
     try:
@@ -299,6 +313,7 @@ def fit_nuts(
     warmup_windows: tuple[int, int, int] | None = None,
     keep_locals: bool = True,
     compilation_cache: bool | str | os.PathLike = True,
+    fast_loop: bool | None = None,
     init_strategy=None,
     progress_bar: bool = False,
 ) -> Fit:
@@ -325,6 +340,9 @@ def fit_nuts(
     warmup_windows: (start buffer, first slow window, end buffer) of the warm-up schedule
         (``adaptation_windows``); None keeps numpyro's ``STAN_WINDOWS`` (75, 25, 50).
     keep_locals: keep draws of z_b and ε (needed for per-answer θ); False saves memory.
+    fast_loop: compile numpyro's sampler loop for compile speed (FAST_LOOP_COMPILE): ~4 s
+        less set-up, ~10% more per leapfrog step. None: when chains × (warm-up + draws) ×
+        ratings ≤ FAST_LOOP_MAX_WORK, i.e. when the saved compile outweighs the slower steps.
     Warm-up and sampling run as two calls so each is timed (the compile falls in the first;
     numpyro traces its loop again for the second, which then loads the same program from the
     persistent cache when warmup == samples). The warm-up draws are collected
@@ -382,13 +400,17 @@ def fit_nuts(
         fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + tuple(
             f"~z.{s}" for s in dropped
         )
+        if fast_loop is None:
+            fast_loop = chains * (warmup + samples) * data.n_ratings <= FAST_LOOP_MAX_WORK
+        loop = _loop_compiler_options(_compiler_options("loop") if fast_loop else None)
         key = jax.random.PRNGKey(seed)
         t0 = time.perf_counter()
-        with _warmup_windows(tuple(warmup_windows) if warmup_windows else None):
+        with loop, _warmup_windows(tuple(warmup_windows) if warmup_windows else None):
             mcmc.warmup(key, arrays, extra_fields=fields, collect_warmup=True, init_params=start_params)
         warm_steps = np.asarray(mcmc.get_extra_fields(group_by_chain=True)["num_steps"])
         t1 = time.perf_counter()
-        mcmc.run(mcmc.post_warmup_state.rng_key, arrays, extra_fields=fields)
+        with loop:
+            mcmc.run(mcmc.post_warmup_state.rng_key, arrays, extra_fields=fields)
         jax.block_until_ready(mcmc.get_samples())
         t2 = time.perf_counter()
     stats = _np_tree(mcmc.get_extra_fields(group_by_chain=True))
@@ -427,6 +449,7 @@ def fit_nuts(
             "init": init,
             "svi_steps": svi_steps if init == "svi" else None,
             "warmup_windows": list(warmup_windows) if warmup_windows else None,
+            "fast_loop": loop.options is not None,  # what the loop was compiled with (CPU only)
             "theta_anchor": theta_anchor,
             "jax_version": jax.__version__,
         },
@@ -457,6 +480,54 @@ def adaptation_windows(num_steps: int, start_buffer: int, first_window: int, end
         start += this
     windows.append((end_start, num_steps - 1))
     return windows
+
+
+class _loop_compiler_options:
+    """Within the block, numpyro's sampler loop is compiled with XLA options ``options``
+    (None: XLA's defaults, the block does nothing).
+
+    numpyro compiles the loop itself (``numpyro.util.fori_collect`` jits its
+    ``_fori_collect_loop`` through the module's ``maybe_jit``, looked up at each call) with
+    no setting for XLA's options, so the block wraps that module's ``maybe_jit`` and
+    restores it afterwards. The block can be entered more than once (warm-up, then
+    sampling). On leaving, if the options were given but no loop was compiled through the
+    wrapper (a numpyro that names or compiles its loop otherwise), it warns: the fit is
+    right, only its set-up slower."""
+
+    LOOP = "_fori_collect_loop"
+
+    def __init__(self, options: Mapping[str, Any] | None):
+        self.options = dict(options) if options else None
+        self.loops = 0
+        self._original = None
+
+    def __enter__(self):
+        if self.options is None:
+            return self
+        from numpyro import util
+
+        self._original = original = util.maybe_jit
+
+        def maybe_jit(fn, *args, **kwargs):
+            if getattr(fn, "__name__", None) == self.LOOP:
+                self.loops += 1
+                kwargs = {**kwargs, "compiler_options": self.options}
+            return original(fn, *args, **kwargs)
+
+        util.maybe_jit = maybe_jit
+        return self
+
+    def __exit__(self, *exc):
+        if self._original is None:
+            return False
+        from numpyro import util
+
+        util.maybe_jit, self._original = self._original, None
+        if exc[0] is None and self.loops == 0:
+            warnings.warn(f"numpyro compiled no {self.LOOP} through numpyro.util.maybe_jit: the sampler loop was "
+                          f"compiled with XLA's default options, not {self.options} (slower set-up, same fit)",
+                          RuntimeWarning, stacklevel=2)
+        return False
 
 
 @contextlib.contextmanager

@@ -46,8 +46,8 @@ from provider_server import (  # noqa: E402
 
 from context_effects.llm.backends.anthropic_api import AnthropicBackend  # noqa: E402
 from context_effects.llm.backends.openai_api import OpenAIBackend, OpenAICompatibleBackend  # noqa: E402
-from context_effects.llm.concurrency import AIMDController  # noqa: E402
-from context_effects.llm.retry import RetryPolicy, parse_retry_after  # noqa: E402
+from context_effects.llm.concurrency import AdaptiveLimiter, AIMDController  # noqa: E402
+from context_effects.llm.retry import RetryPolicy, SDKErrors, call_with_retries, parse_retry_after  # noqa: E402
 from context_effects.llm.secrets import MissingAPIKeyError  # noqa: E402
 from context_effects.llm.types import LLMRequest, ModelRef, Sampling  # noqa: E402
 
@@ -294,6 +294,105 @@ def test_retry_after_beyond_the_budget_gives_up_at_once() -> None:
         assert time.monotonic() - t0 < 1.0
         assert len(srv.generation_calls()) == 1
     assert "budget" in result.error
+
+
+ABSURD_RETRY_AFTER = "1000000000"  # about 32 years
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_absurd_retry_after_fails_every_request_within_seconds(provider: str) -> None:
+    """A 429 with ``Retry-After: 1000000000``: the requests that got it and those waiting
+    for a slot behind the pause it sets all fail at once, naming the provider's answer and
+    the setting to raise. The waiting ones used to sit the pause out: the job hung until
+    it was killed, far past ``max_retry_time_s``."""
+    with server(always=Fault("429", retry_after=ABSURD_RETRY_AFTER), latency_s=0.05) as srv:
+        if provider == "openai":
+            backend, requests = openai_backend(srv, concurrency=2, max_retry_time_s=5.0), [req(i) for i in range(6)]
+        else:
+            backend = anthropic_backend(srv, concurrency=2, max_retry_time_s=5.0)
+            requests = [req(i, provider="anthropic", model="claude-test") for i in range(6)]
+        results = []
+        t0 = time.monotonic()
+        stream = backend.stream(requests, heartbeat_s=0.2)
+        try:
+            for result in stream:
+                if result is not None:
+                    results.append(result)
+                if time.monotonic() - t0 > 15.0:
+                    break
+        finally:
+            stream.close()  # cancels what still waits, so a failure here does not hang the suite
+        elapsed = time.monotonic() - t0
+        n_calls = len(srv.generation_calls())
+    assert len(results) == 6, f"{len(results)} of 6 results after {elapsed:.1f}s: the rest held by the pause"
+    assert elapsed < 3.0
+    assert 1 <= n_calls <= 2  # only the requests in flight when the first 429 came were sent
+    for result in results:
+        assert not result.ok
+        assert f"HTTP 429 with Retry-After: {ABSURD_RETRY_AFTER}s" in result.error, result.error
+        assert "max_retry_time_s" in result.error and "retry time budget of 5s" in result.error, result.error
+    assert sum("not sent:" in r.error for r in results) == 6 - n_calls
+
+
+class _NoSDKError(Exception):
+    pass
+
+
+NO_SDK = SDKErrors(status=_NoSDKError, timeout=_NoSDKError, connection=_NoSDKError, validation=_NoSDKError)
+
+
+def test_a_shared_pause_past_the_deadline_is_not_waited_for() -> None:
+    """The limiter's pause never holds a request past its deadline: a pause ending after it
+    stops the request at once, before its first dispatch and between retries; a pause
+    inside the budget is waited out."""
+    import asyncio
+    import random
+
+    policy = RetryPolicy(max_retry_time_s=2.0, backoff_base_s=0.01, backoff_max_s=0.02)
+
+    async def run(limiter: AdaptiveLimiter, op) -> tuple[object, float]:
+        t0 = time.monotonic()
+        outcome = await asyncio.wait_for(
+            call_with_retries(op, limiter=limiter, policy=policy, errors=NO_SDK, rng=random.Random(0)), 10.0)
+        return outcome, time.monotonic() - t0
+
+    sent: list[float] = []
+
+    async def answer(timeout: float) -> str:
+        sent.append(time.monotonic())
+        return "ok"
+
+    async def scenario() -> None:
+        # Before the first dispatch: the request has no deadline yet, only its budget.
+        limiter = AdaptiveLimiter(AIMDController(initial=1))
+        limiter.pause(1e9, "HTTP 429 with Retry-After: 1000000000s")
+        outcome, took = await run(limiter, answer)
+        assert outcome.error is not None and not sent and took < 0.5
+        assert "not sent: the provider answered another request HTTP 429 with Retry-After: 1000000000s" in outcome.error
+        assert "max_retry_time_s" in outcome.error
+
+        # Between retries: another request's 429 pauses everyone past this one's deadline.
+        limiter = AdaptiveLimiter(AIMDController(initial=1))
+
+        async def fails_once(timeout: float) -> str:
+            if not sent:
+                sent.append(time.monotonic())
+                limiter.pause(1e9, "HTTP 429 with Retry-After: 1000000000s")
+                raise ConnectionError("reset")
+            return await answer(timeout)
+
+        outcome, took = await run(limiter, fails_once)
+        assert outcome.error is not None and "not sent again" in outcome.error and len(sent) == 1
+        assert took < 1.0  # not the 2 s deadline
+
+        # A pause inside the budget is waited out, then the request is sent.
+        sent.clear()
+        limiter = AdaptiveLimiter(AIMDController(initial=1))
+        limiter.pause(0.3, "HTTP 429 with Retry-After: 0.3s")
+        outcome, took = await run(limiter, answer)
+        assert outcome.value == "ok" and took >= 0.3 and len(sent) == 1
+
+    asyncio.run(scenario())
 
 
 def test_identical_requests_are_paid_once() -> None:

@@ -282,6 +282,33 @@ def test_unmatched_item_names_the_item_and_the_fix(tmp_path):
         _build(DEMO_SOURCES["arc_challenge"][0], path, "arc_challenge")
 
 
+def test_a_second_copy_of_a_released_block_is_refused(tmp_path):
+    """A user's release file (not a pinned name) with an item's block given twice: the
+    peer blocks would keep the appended copy and the item list the first, silently. It is
+    refused naming the file, both lines and the differing field; an identical second copy
+    is refused too, as a duplicate id of an item source is (context_effects.datasets)."""
+    raw, pinned_rel = DEMO_SOURCES["truthfulqa"]
+    lines = pinned_rel.read_text().splitlines()
+    row = json.loads(lines[0])
+    assert row["perturbed_prompt"].startswith("Jeff: ")
+    row["perturbed_prompt"] = row["perturbed_prompt"].replace("Jeff: ", "Maria: ", 1)  # another speaker
+    path = tmp_path / "my_release.jsonl"
+    path.write_text("\n".join([*lines, json.dumps(row)]) + "\n")
+    with pytest.raises(release.ReleaseError) as exc:
+        _build(raw, path, "truthfulqa")
+    msg = str(exc.value)
+    assert f"{path}:{len(lines) + 1}:" in msg and "already given at line 1" in msg, msg
+    assert f"item 315 condition {row['condition_id']}" in msg and "differ in ['perturbed_prompt']" in msg, msg
+    assert "delete one of the two rows" in msg
+    path.write_text("\n".join([*lines, lines[0]]) + "\n")
+    with pytest.raises(release.ReleaseError, match=rf"my_release.jsonl:{len(lines) + 1}: .* line 1; the two rows are "
+                                                   "identical.*delete one of the two rows"):
+        release.read_release(path)
+    # Rows of one item under other conditions are the format, not duplicates.
+    path.write_text("\n".join(lines) + "\n")
+    assert len(_build(raw, path, "truthfulqa")) == 4
+
+
 def test_release_attractor_is_the_first_released_wrong_option(tmp_path):
     """Constructed: the release lists the options in another order than the benchmark. The
     attractor is the first non-keyed release option that the item lists as incorrect

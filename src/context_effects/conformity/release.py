@@ -148,9 +148,17 @@ def sample_input(config: Mapping[str, Any], dataset: str) -> list[str]:
 
 def read_release(path: str | Path) -> list[dict[str, Any]]:
     """Every row of a release file (JSON lines), checked against its pinned sha256 (a
-    pinned name: ``context_effects.pinned``) and for the fields this module reads."""
+    pinned name: ``context_effects.pinned``) and for the fields this module reads.
+
+    A row is one condition of one item: a second row for the same
+    (``original_instance_ID``, ``condition_id``) is refused, identical or not, as the
+    item sources refuse a duplicate id (``context_effects.datasets``). Keeping either
+    copy would pass silently (the peer blocks keep the last, the item list the first),
+    and which copy is right is for a person to decide; the pinned files have none.
+    """
     pinned.verify(path)
     rows: list[dict[str, Any]] = []
+    first: dict[tuple[str, str], dict[str, Any]] = {}
     for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").split("\n"), 1):
         if not line.strip():
             continue
@@ -161,7 +169,16 @@ def read_release(path: str | Path) -> list[dict[str, Any]]:
         missing = [k for k in _REQUIRED if k not in row]
         if missing:
             raise ReleaseError(f"{path}:{lineno}: fields {missing} missing; not a release row")
+        key = (str(row["original_instance_ID"]), str(row["condition_id"]))
+        if key in first:
+            prior = first[key]
+            differ = sorted(k for k in set(prior) | set(row) if k != "_line" and prior.get(k) != row.get(k))
+            how = f"the rows differ in {differ}" if differ else "the two rows are identical"
+            raise ReleaseError(f"{path}:{lineno}: item {key[0]} condition {key[1]} is already given at line "
+                               f"{prior['_line']}; {how}. A release row is one condition of one item: delete "
+                               "one of the two rows (or use the release file unchanged)")
         row["_line"] = lineno
+        first[key] = row
         rows.append(row)
     if not rows:
         raise ReleaseError(f"{path}: no rows")

@@ -96,7 +96,8 @@ class AdaptiveLimiter:
     """Async gate enforcing an :class:`AIMDController`'s limit on one event loop.
 
     Also holds a shared pause: a Retry-After on a 429 describes the account's
-    rate limit, so every request (not just the one that got the 429) waits it out.
+    rate limit, so every request (not just the one that got the 429) waits it out,
+    unless the pause outlasts what that request may wait (see :meth:`acquire`).
     """
 
     def __init__(self, controller: AIMDController) -> None:
@@ -104,17 +105,32 @@ class AdaptiveLimiter:
         self._cond = asyncio.Condition()
         self._in_flight = 0
         self._paused_until = 0.0
+        # The provider's answer that set the pause, for the errors of the requests it stops.
+        self.pause_cause = ""
         self.max_in_flight = 0
 
     @property
     def in_flight(self) -> int:
         return self._in_flight
 
-    def pause(self, seconds: float) -> None:
-        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+    @property
+    def paused_until(self) -> float:
+        """``time.monotonic()`` at which the shared pause ends (in the past when none)."""
+        return self._paused_until
 
-    async def acquire(self, deadline: float | None = None) -> int | None:
-        """Wait for a slot; returns the dispatch epoch, or None if ``deadline`` passed first."""
+    def pause(self, seconds: float, cause: str = "") -> None:
+        until = time.monotonic() + seconds
+        if until > self._paused_until:
+            self._paused_until, self.pause_cause = until, cause
+
+    async def acquire(self, deadline: float | None = None, *, max_pause_s: float | None = None) -> int | None:
+        """Wait for a slot; returns the dispatch epoch, or None if ``deadline`` passed first.
+
+        Also None, at once, while a shared pause lasts until ``deadline`` or later (a
+        caller without a deadline yet: more than ``max_pause_s`` from now): such a
+        caller cannot be dispatched in time, and waiting would hold its job for as long
+        as the provider asked, a Retry-After of years included.
+        """
         async with self._cond:
             while True:
                 now = time.monotonic()
@@ -122,7 +138,11 @@ class AdaptiveLimiter:
                     return None
                 wake = deadline
                 if self._paused_until > now:
-                    wake = self._paused_until if wake is None else min(wake, self._paused_until)
+                    limit = deadline if deadline is not None else (
+                        now + max_pause_s if max_pause_s is not None else None)
+                    if limit is not None and self._paused_until >= limit:
+                        return None
+                    wake = self._paused_until
                 elif self._in_flight < self.controller.current:
                     self._in_flight += 1
                     self.max_in_flight = max(self.max_in_flight, self._in_flight)

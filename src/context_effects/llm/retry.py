@@ -170,6 +170,21 @@ def classify(exc: BaseException, errors: SDKErrors) -> Failure:
     return Failure("internal", False, f"{type(exc).__name__}: {exc}")
 
 
+_RAISE_BUDGET = (
+    "To wait that long, raise the model's retry time budget (`models.<name>.max_retry_time_s`); "
+    "else run again once the provider's limit has passed."
+)
+
+
+def _seconds(value: float) -> str:
+    # Whole seconds past 100 s: a Retry-After of 1000000000 reads as asked, not as 1e+09.
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _provider_answer(failure: Failure) -> str:
+    return f"HTTP {failure.status} with Retry-After: {_seconds(failure.retry_after_s or 0.0)}s"
+
+
 @dataclass
 class Outcome(Generic[T]):
     value: T | None
@@ -207,8 +222,19 @@ async def call_with_retries(
         return Outcome(None, scrub(message), None, retries, elapsed, failure)
 
     while True:
-        epoch = await limiter.acquire(deadline)
+        epoch = await limiter.acquire(deadline, max_pause_s=policy.max_retry_time_s)
         if epoch is None:
+            now = time.monotonic()
+            if limiter.paused_until > now:
+                # Another request's Retry-After outlasts this one's budget: not sent.
+                left = max(0.0, deadline - now) if deadline is not None else policy.max_retry_time_s
+                return fail(
+                    f"{describe}: not sent{' again' if start is not None else ''}: the provider answered "
+                    f"another request {limiter.pause_cause}; "
+                    f"the {_seconds(limiter.paused_until - now)}s still to wait are more than the "
+                    f"{_seconds(left)}s left of the retry time budget of {policy.max_retry_time_s:g}s. "
+                    f"{_RAISE_BUDGET}"
+                )
             return fail(f"{describe}: retry time budget of {policy.max_retry_time_s:g}s exhausted waiting for a slot")
         t0 = time.monotonic()
         if start is None:
@@ -239,7 +265,7 @@ async def call_with_retries(
         if failure.retry_after_s and failure.status in (429, 503):
             # A Retry-After on 429/503 describes the account or the service, not this
             # one request: hold every new dispatch, not just this request's retry.
-            limiter.pause(failure.retry_after_s)
+            limiter.pause(failure.retry_after_s, _provider_answer(failure))
         await limiter.wake()
 
         if not failure.retriable:
@@ -248,7 +274,14 @@ async def call_with_retries(
         if len(retries) > policy.max_retries:
             return fail(f"{describe}: gave up, last error {failure.message}")
         delay = failure.retry_after_s if failure.retry_after_s is not None else policy.backoff(len(retries), rng)
-        if time.monotonic() + delay >= deadline:
+        left = deadline - time.monotonic()
+        if delay >= left:
+            if failure.retry_after_s is not None:
+                return fail(
+                    f"{describe}: the provider answered {_provider_answer(failure)}, longer than the "
+                    f"{_seconds(max(0.0, left))}s left of the retry time budget of {policy.max_retry_time_s:g}s; "
+                    f"not waiting. {_RAISE_BUDGET} Last error {failure.message}"
+                )
             return fail(
                 f"{describe}: retry time budget of {policy.max_retry_time_s:g}s exhausted "
                 f"(next wait {delay:.2f}s), last error {failure.message}"

@@ -3,6 +3,7 @@
 Layout::
 
     <root>/segments/seg-<UTC time>-<host>-<pid>-<uuid>-<n>.parquet
+    <root>/segments/seg-<UTC time>-<host>-<pid>-<uuid>-<n>-compacted.parquet   (time: the oldest merged)
     <root>/quarantine/<segment>            damaged segments, moved aside
     <root>/quarantine/<segment>.json       why, when, by whom, and which keys it held
     <root>/quarantine/cleared/             quarantined segments of unknown content, set aside by `clear`
@@ -25,12 +26,17 @@ mismatch, truncated, unreadable) is moved to ``quarantine/`` with a note and
 named in a warning: its rows become store misses, so a normal rerun answers them
 again and replay mode reports them as misses. Segments written before checksums
 existed are read unchecked (one warning per process); ``compact`` rewrites them
-with checksums. A store whose segments all carry a checksum is marked so
-(``sealed.json``, written at creation, at the first open of a store with checksummed
-segments only, and after a compaction); in a marked store a segment without a
-checksum is damage (a stripped checksum, e.g. a file rewritten with one answer
-changed) and is quarantined like any other. An export without a checksum is
-refused by ``import`` unless ``--allow-unchecked`` says it predates checksums.
+with checksums. A segment without a checksum is damage (a stripped checksum, e.g. a
+file rewritten with one answer changed) and is quarantined like any other wherever
+the store shows it was written after checksums, so that no single deleted file
+unseals the store: its footer names a writer that adds them (store format 2; the
+writers before said 1, in the footer and in the embedded Arrow schema), a checksummed
+segment's name sorts before it (names begin with their write time; a compaction's
+output dates nothing), this process read it with a checksum, or the store is marked
+sealed (``sealed.json``, written at creation, at the first open of a store with
+checksummed segments only, and after a compaction). An export without a checksum
+is refused by ``import`` unless ``--allow-unchecked`` says it predates checksums,
+and one whose footer says it had one even then.
 
 A quarantined segment whose keys cannot be read back (a zero-byte file) keeps
 ``verify`` from reporting clean, since the store cannot tell whether a rerun

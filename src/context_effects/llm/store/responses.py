@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from context_effects.llm.store.rows import COLUMNS, SCHEMA, result_to_row, row_to_result
 from context_effects.llm.store.segments import (
     CLEARED_DIR,
+    COMPACTED_SUFFIX,
     MAX_SEGMENT_ROWS,
     QUARANTINE_DIR,
     SEALED_MARKER,
@@ -32,6 +33,7 @@ from context_effects.llm.store.segments import (
     SEGMENT_NAME_RE,
     STALE_TMP_S,
     STAMP_RE,
+    STRIPPED,
     TMP_PREFIX,
     Damage,
     Damaged,
@@ -60,6 +62,11 @@ class _Moved(Exception):
     """Internal: a segment was found damaged while reading and moved aside; rescan and retry."""
 
 
+def _dates_checksums(name: str, checked: bool) -> bool:
+    """A checksummed segment whose name gives the time it was written (see COMPACTED_SUFFIX)."""
+    return checked and not name.endswith(COMPACTED_SUFFIX)
+
+
 class ResponseStore:
     """Read and write the store at ``root``. One instance per process; not thread-safe."""
 
@@ -73,6 +80,9 @@ class ResponseStore:
         # Whether this store holds only checksummed segments (SEALED_MARKER): read at every
         # refresh and verify, so a marker another process wrote counts at once.
         self._sealed = False
+        # The first indexed segment (by name) written with a checksum: every unchecked segment
+        # sorting after it was written after the store had checksums, marker or not.
+        self._first_checked: str | None = None
         self._index: dict[str, tuple[str, int]] = {}
         self._segments: dict[str, Segment] = {}
         # Damaged or unreadable segments that could not be moved aside (e.g. a
@@ -109,12 +119,13 @@ class ResponseStore:
             return None
         try:
             checked, starts, keys = parse_segment(data)
-            self._require_checksum(checked)
+            # Names are scanned in order, so every checksummed segment before this one is known.
+            self._require_checksum(name, checked, self._first_checked)
         except Damaged as exc:
             self._quarantine(name, str(exc), sig, data)
             return None
         self._bad.pop(name, None)
-        self._segments[name] = Segment(name, starts, sig, checked)
+        self._add_segment(Segment(name, starts, sig, checked))
         if not checked:
             self._warn_unchecked(name)
         return keys
@@ -139,25 +150,37 @@ class ResponseStore:
         self._bad[name] = (sig, damage)
         return damage
 
-    def _quarantine_if_damaged(self, name: str, sig: tuple[int, int, int, int], data: bytes) -> None:
-        """Quarantine segment ``name`` and raise ``_Moved`` when ``data`` is not a whole segment."""
+    def _quarantine_if_damaged(self, seg: Segment, sig: tuple[int, int, int, int], data: bytes) -> None:
+        """Quarantine ``seg`` and raise ``_Moved`` when ``data``, its file's bytes now, is not a whole segment."""
         try:
-            self._require_checksum(parse_segment(data)[0])
+            self._require_checksum(seg.name, parse_segment(data)[0], self._first_checked)
         except Damaged as exc:
-            self._quarantine(name, str(exc), sig, data)
-            raise _Moved(name) from None
+            self._quarantine(seg.name, str(exc), sig, data)
+            raise _Moved(seg.name) from None
 
     # ----------------------------------------------------------------- sealing
 
     def _read_marker(self) -> None:
         self._sealed = (self.root / SEALED_MARKER).is_file()
 
-    def _require_checksum(self, checked: bool) -> None:
-        """Damaged if a segment has no checksum in a store whose segments all have one."""
-        if not checked and self._sealed:
+    def _require_checksum(self, name: str, checked: bool, first_checked: str | None) -> None:
+        """Damaged if segment ``name`` has no checksum although the store shows it was written after
+        checksums: the store is sealed, or ``first_checked`` (the first segment by name written with
+        a checksum) sorts before it. Whether the file itself is from before checksums is
+        ``segments._check``'s to say."""
+        if checked:
+            return
+        known = self._segments.get(name)
+        if known is not None and known.checked:  # rewritten since this process read it
+            raise Damaged(f"no checksum, although it carried one when this process first read it: {STRIPPED}")
+        if self._sealed:
             raise Damaged(
-                f"no checksum, although every segment of this store carries one ({SEALED_MARKER}): the "
-                "checksum was stripped, or the file was rewritten by a tool other than the store"
+                f"no checksum, although every segment of this store carries one ({SEALED_MARKER}): {STRIPPED}"
+            )
+        if first_checked is not None and first_checked < name:
+            raise Damaged(
+                f"no checksum, although it was written after {first_checked}, which carries one (a segment's "
+                f"name begins with the time it was written): {STRIPPED}"
             )
 
     def _seal_if_all_checked(self) -> None:
@@ -224,11 +247,19 @@ class ResponseStore:
         )
         return Damage(name, str(dest), reason)
 
+    def _add_segment(self, seg: Segment) -> None:
+        self._segments[seg.name] = seg
+        if _dates_checksums(seg.name, seg.checked) and (self._first_checked is None or seg.name < self._first_checked):
+            self._first_checked = seg.name
+
     def _drop(self, name: str) -> None:
         """Forget a segment; its keys are dropped (a full refresh restores any duplicates held elsewhere)."""
         if self._segments.pop(name, None) is not None:
             for key in [k for k, (n, _) in self._index.items() if n == name]:
                 del self._index[key]
+            if name == self._first_checked:
+                dated = (n for n, s in self._segments.items() if _dates_checksums(n, s.checked))
+                self._first_checked = min(dated, default=None)
 
     def _add_keys(self, name: str, keys: Sequence[str | None]) -> None:
         index = self._index
@@ -249,6 +280,7 @@ class ResponseStore:
             # Segments vanished (a compaction, a quarantine): rows moved, so the index is stale.
             self._index.clear()
             self._segments.clear()
+            self._first_checked = None
         for name in [n for n in self._bad if n not in names]:
             del self._bad[name]
         new = []
@@ -264,11 +296,17 @@ class ResponseStore:
                     continue
             new.append(name)
         added = 0
+        first_before = self._first_checked
         for name in new:
             keys = self._scan(name)
             if keys is not None:
                 self._add_keys(name, keys)
                 added += 1
+        first = self._first_checked
+        if first != first_before and any(not s.checked and first < n for n, s in self._segments.items()):
+            # A checksummed segment sorting before segments read unchecked earlier was put in place
+            # since (copied in): scanning all in name order again judges them by it.
+            return self.refresh(full=True)
         self._seal_if_all_checked()
         if not self._loaded:
             self._warn_quarantined()
@@ -347,7 +385,7 @@ class ResponseStore:
             if sig != seg.sig:
                 # Segments are immutable: a changed file is checked again before it serves anything.
                 data = fh.read()
-                self._quarantine_if_damaged(seg.name, sig, data)
+                self._quarantine_if_damaged(seg, sig, data)
                 seg.sig = sig
                 source = pa.BufferReader(data)
             try:
@@ -357,7 +395,7 @@ class ResponseStore:
                 )
             except Exception as exc:  # noqa: BLE001 - find out whether the file is damaged
                 fh.seek(0)
-                self._quarantine_if_damaged(seg.name, sig, fh.read())
+                self._quarantine_if_damaged(seg, sig, fh.read())
                 raise RuntimeError(f"response store: cannot read segment {path}: {exc}") from exc
 
     def get_rows(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -393,16 +431,17 @@ class ResponseStore:
 
     # ----------------------------------------------------------------- writes
 
-    def _segment_path(self, stamp: str | None = None) -> Path:
+    def _segment_path(self, stamp: str | None = None, *, compacted: bool = False) -> Path:
         if self._writer_pid != os.getpid():
             # A forked child must not reuse its parent's writer id.
             self._writer_id, self._writer_pid, self._counter = new_writer_id(), os.getpid(), 0
         self._counter += 1
-        return self.seg_dir / f"seg-{stamp or utc_stamp()}-{self._writer_id}-{self._counter:06d}.parquet"
+        end = COMPACTED_SUFFIX if compacted else ".parquet"
+        return self.seg_dir / f"seg-{stamp or utc_stamp()}-{self._writer_id}-{self._counter:06d}{end}"
 
-    def _write_segment(self, table: pa.Table, stamp: str | None = None) -> str:
+    def _write_segment(self, table: pa.Table, stamp: str | None = None, *, compacted: bool = False) -> str:
         self.seg_dir.mkdir(parents=True, exist_ok=True)
-        path = self._segment_path(stamp)
+        path = self._segment_path(stamp, compacted=compacted)
         write_sealed([table], path)
         return path.name
 
@@ -422,7 +461,7 @@ class ResponseStore:
         starts = [0]
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + meta.row_group(i).num_rows)
-        self._segments[name] = Segment(name, starts, sig, True)
+        self._add_segment(Segment(name, starts, sig, True))
         self._add_keys(name, table.column("key").to_pylist())
 
     def put_batch(self, results: Iterable[LLMResult], requests: Iterable[LLMRequest]) -> int:
@@ -540,6 +579,7 @@ class ResponseStore:
         report = VerifyReport()
         present: set[str] = set()
         self._read_marker()
+        first_checked = None  # as in refresh: names in order, so the first found is the first
         for name in sorted(self._list_segment_names()):
             path = self.seg_dir / name
             try:
@@ -551,7 +591,7 @@ class ResponseStore:
                 continue
             try:
                 checked, _, keys = parse_segment(data)
-                self._require_checksum(checked)
+                self._require_checksum(name, checked, first_checked)
             except Damaged as exc:
                 if quarantine:
                     report.damaged.append(self._quarantine(name, str(exc), sig, data))
@@ -559,6 +599,8 @@ class ResponseStore:
                     report.damaged.append(Damage(name, str(path), str(exc)))
                 continue
             (report.ok if checked else report.unchecked).append(name)
+            if first_checked is None and _dates_checksums(name, checked):
+                first_checked = name
             present.update(k for k in keys if k is not None)
         report.quarantined = self._quarantined(present)
         return report
@@ -582,7 +624,7 @@ class ResponseStore:
                 raise RuntimeError(f"segment {name} vanished while reading (concurrent compaction?); retry") from None
             try:
                 checked, table = read_table(data)
-                self._require_checksum(checked)
+                self._require_checksum(name, checked, self._first_checked)
             except Damaged as exc:
                 damage = self._quarantine(name, str(exc), sig, data)
                 if skipped is None:
@@ -631,7 +673,7 @@ class ResponseStore:
         written = []
         rows = 0
         for chunk in rechunk(self.iter_tables(), MAX_SEGMENT_ROWS):
-            written.append(self._write_segment(chunk, stamp))
+            written.append(self._write_segment(chunk, stamp, compacted=True))
             rows += chunk.num_rows
         for name in old:
             try:

@@ -16,7 +16,11 @@ import pyarrow as pa
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling
 from context_effects.utc import utc_now_iso
 
-STORE_FORMAT = "1"
+# The store writer's version, in the footer of every segment and export it writes
+# (segments.FORMAT_KEY). "2": the file carries the sha256 of its own bytes; "1" was
+# written before checksums existed (segments.LEGACY_FORMAT), with the same rows. So a
+# file without checksum that says "2" was stripped of it, whatever the store around it says.
+STORE_FORMAT = "2"
 
 SCHEMA = pa.schema(
     [

@@ -34,9 +34,16 @@ CLEARED_DIR = "cleared"
 # A store-level marker: every segment of this store carries a checksum. Written when a
 # store is created (or first found with checksummed segments only, or compacted); from
 # then on a segment without a checksum is damage (its checksum was stripped, e.g. by a
-# tool that rewrote the file), not a segment written before checksums existed.
+# tool that rewrote the file), not a segment written before checksums existed. It is one
+# deletable file, so it is not the only evidence: the files themselves say which writer
+# wrote them (LEGACY_FORMAT), and a segment's name says when (see COMPACTED_SUFFIX).
 SEALED_MARKER = "sealed.json"
 SEGMENT_NAME_RE = re.compile(r"^seg-.+\.parquet$")
+# Segment names begin with the time they were written, so an unchecked segment that sorts
+# after a checksummed one was written after the store had checksums: damage. A compaction's
+# output is the exception: it takes the time of the oldest segment it merges (so its rows
+# keep winning over later duplicates), so its name says so, and it dates nothing.
+COMPACTED_SUFFIX = "-compacted.parquet"
 STAMP_RE = re.compile(r"^\d{8}T\d{12}Z$")
 TMP_PREFIX = ".tmp-"
 # Small enough that fetching a handful of keys from a compacted store reads
@@ -58,6 +65,14 @@ STALE_TMP_S = 3600.0
 # entries from the end either leaves the digest (checked: mismatch), or the kind
 # without the digest, or no format key - each of which is damage.
 FORMAT_KEY = "context_effects.store_format"
+# What the writers before checksums put under FORMAT_KEY, in the footer and in the Arrow
+# schema pyarrow embeds there (they wrote rows.SCHEMA with its metadata; later writers leave
+# the schema bare). A file without checksum passes as one of theirs only if it says so in
+# both places: rows.STORE_FORMAT has said "2" since, and a rewrite by another tool keeps at
+# most the footer entry.
+LEGACY_FORMAT = "1"
+# The likely causes of a segment without checksum that cannot be from before checksums.
+STRIPPED = "the checksum was stripped, or the file was rewritten by a tool other than the store"
 CHECKSUM_KEY = "context_effects.sha256"
 CHECKSUM_KIND_KEY = "context_effects.checksum"
 CHECKSUM_KIND = "sha256 of the whole file, this digest read as 64 zeros"
@@ -203,8 +218,8 @@ def _check(
     read_at: Callable[[int, int], bytes], size: int, *, foreign_ok: bool = False
 ) -> tuple[bool, pq.FileMetaData]:
     """Check a store file's embedded digest: (True, footer) if it holds, (False, footer) if the
-    file has none (written before checksums; with ``foreign_ok`` also a Parquet file written by
-    another tool); raise Damaged saying why otherwise."""
+    file has none and was written before checksums (with ``foreign_ok`` also a Parquet file
+    written by another tool, without the store's metadata); raise Damaged saying why otherwise."""
     start, footer, tail = _locate_footer(read_at, size)
     try:
         # The footer alone, framed as a file, parses without reading the rest.
@@ -216,7 +231,11 @@ def _check(
     if recorded is None:
         if CHECKSUM_KIND_KEY.encode() in kv:
             raise Damaged(f"footer damaged: {CHECKSUM_KEY} missing although {CHECKSUM_KIND_KEY} is present")
-        if FORMAT_KEY.encode() in kv or foreign_ok:
+        written = kv.get(FORMAT_KEY.encode())
+        if written is not None:
+            _require_legacy_writer(meta, written)
+            return False, meta
+        if foreign_ok:
             return False, meta
         raise Damaged("no response-store metadata in the footer: not a store file, or its footer is damaged")
     if not _HEX64.fullmatch(recorded) or footer.count(recorded) != 1:
@@ -228,6 +247,25 @@ def _check(
             f"(recorded {recorded.decode()[:16]}..., content {actual[:16]}...)"
         )
     return True, meta
+
+
+def _require_legacy_writer(meta: pq.FileMetaData, written: bytes) -> None:
+    """Damaged unless a store file without checksum was written the way files were before
+    checksums (LEGACY_FORMAT): its own writer's version says whether it ever had one."""
+    if written != LEGACY_FORMAT.encode():
+        raise Damaged(
+            f"no checksum, although its footer says store format {written.decode(errors='replace')!r}, "
+            f"whose writer always adds one ({LEGACY_FORMAT!r} is the format from before checksums): {STRIPPED}"
+        )
+    try:
+        in_schema = (meta.schema.to_arrow_schema().metadata or {}).get(FORMAT_KEY.encode())
+    except Exception:  # noqa: BLE001 - any parse failure is damage
+        raise Damaged("unreadable Arrow schema in the footer") from None
+    if in_schema != written:
+        raise Damaged(
+            f"no checksum, although it was not written as store files were before checksums (their Arrow "
+            f"schema says store format {LEGACY_FORMAT!r} too): {STRIPPED}"
+        )
 
 
 def _bytes_reader(data: bytes) -> Callable[[int, int], memoryview]:

@@ -330,3 +330,71 @@ def test_history_check_mirrors_how_histories_are_built():
         cfg["amel"]["history_lengths"] = [k]
         flagged = ("code_review", k, 22) in history_shortfalls(cfg, REPO)
         assert flagged == any(domain.history(i, k, seed=cfg["amel"]["seed"])[1] > 0 for i in tests), k
+
+
+# ----------------------------------------------------- mistakes that used to reach a job
+
+
+def _study_h(*judges: str, **models: dict) -> dict:
+    """A small Study H config judged by ``judges`` (``sim``, synthetic, is always defined)."""
+    return {
+        "run": {"label": "t", "kind": "paper"},
+        "datasets": {"truthfulqa": {"source": "local", "local_path": "data/demo/truthfulqa.jsonl", "n_items": 4}},
+        "models": {"sim": {"backend": "synthetic", "model_id": "sim"}, **models},
+        "conformity": {"enabled": False},
+        "amel": {"enabled": False},
+        "anchoring": {"judges": list(judges), "benchmark_datasets": ["truthfulqa"], "tasks_per_dataset": 4},
+    }
+
+
+@pytest.mark.parametrize("path", [("sampling", "seed"), ("sampling", "synthetic_seed"), ("anchoring", "seed"),
+                                  ("conformity", "validation", "bootstrap_seed")], ids=".".join)
+def test_a_negative_seed_numpy_cannot_take_fails_while_parsed(path):
+    """Each seed reaches numpy's default_rng, which refuses a negative one ("expected non-negative
+    integer") in the first job that draws with it: the item sample, the task draw, a bootstrap."""
+    cfg = _study_h("sim")
+    node = cfg
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = -1
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    assert f"`{'.'.join(path)}`: -1 is less than the minimum of 0; write a value of at least 0" in str(err.value)
+
+
+@pytest.mark.parametrize("price", [{"input_per_mtok": 2.5}, {"output_per_mtok": 10.0}, {}])
+def test_a_price_needs_both_fields(price):
+    """The start's cost estimate read `output_per_mtok` of a half price: KeyError, after the DAG was built."""
+    cfg = _study_h("sim", "gpt", gpt={"backend": "openai", "model_id": "gpt-4o", "price": price})
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    for field in ("input_per_mtok", "output_per_mtok"):
+        if field not in price:
+            assert (f"`models.gpt.price.{field}` is missing: `models.gpt.price` needs input_per_mtok, "
+                    "output_per_mtok; add it") in str(err.value)
+    cfg["models"]["gpt"]["price"] = {"input_per_mtok": 2.5, "output_per_mtok": 10.0}
+    validate_config(cfg)
+
+
+def test_a_zero_budget_refuses_a_billed_model_and_allows_free_ones():
+    """`run.budget_usd: 0` means no paid calls (docs/costs.md)."""
+    billed = _study_h("sim", "gpt", "claude", gpt={"backend": "openai", "model_id": "gpt-4o"},
+                      claude={"backend": "anthropic", "model_id": "claude-haiku-4-5"})
+    billed["run"]["budget_usd"] = 0
+    with pytest.raises(ConfigError) as err:
+        validate_config(billed)
+    text = str(err.value)
+    assert ("`run.budget_usd` is 0, which allows no paid calls, but the run calls billed model(s) "
+            "claude (anthropic), gpt (openai); set `run.budget_usd` to a positive limit in USD, or to null "
+            "for no budget") in text, text
+    for fix in ({"budget_usd": 0.5}, {"budget_usd": None}, {"budget_usd": 0, "replay": True}):
+        validate_config({**billed, "run": {**billed["run"], **fix}})
+    # Free models only, or a billed model defined but called by no enabled study: nothing is paid.
+    free = _study_h("sim", qwen={"backend": "vllm", "model_id": "Qwen/Qwen2.5-0.5B-Instruct"})
+    free["anchoring"]["judges"].append("qwen")
+    free["run"]["budget_usd"] = 0.0
+    assert validate_config(free)["run"]["budget_usd"] == 0
+    unused = {**billed, "anchoring": {**billed["anchoring"], "judges": ["sim"]}}
+    validate_config(unused)
+    with pytest.raises(ConfigError, match=r"`run.budget_usd`: -0.01 is less than the minimum of 0"):
+        validate_config({**free, "run": {**free["run"], "budget_usd": -0.01}})

@@ -8,6 +8,7 @@ with --configfile, which Snakemake parses before any of our code runs.
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 
@@ -35,6 +36,11 @@ def test_every_fault_file_says_what_it_expects():
     assert len(CASES) >= 15
     for path in CASES:
         assert _header(path).get("expect"), f"{path.name}: no '# expect:' line"
+
+
+def test_the_readme_lists_every_fault_file():
+    listed = set(re.findall(r"^\| `([\w.-]+\.yaml)` \|", (FAULTS / "README.md").read_text(), re.M))
+    assert listed == {p.name for p in CASES}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[p.stem for p in CASES])

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 import yaml
 
+import provider_server
 from conftest import REPO, snakemake_cmd
 from provider_server import ProviderServer
 from context_effects.config import validate_config
@@ -83,6 +84,64 @@ def test_openai_compatible_ids_are_looked_up_in_the_servers_list():
                             environ=env) == []
         with pytest.raises(ModelNotServed, match=r"pro: models.pro.model_id = 'gemini-2.5-pro' .*does not list it"):
             check_served({"pro": server_model("gemini-2.5-pro")}, environ=env)
+
+
+def _models_answer(monkeypatch, status: int, body: str, content_type: str) -> None:
+    """Every models endpoint of the servers started after this answers ``body`` with ``status``."""
+    def models(handler, model_id):
+        handler._send(status, body.encode(), content_type=content_type)
+
+    monkeypatch.setattr(provider_server._Handler, "_models", models)
+
+
+#: A key of no known shape (not `sk-...`): only the redaction by value can remove it.
+PAGE_KEY = "AIzaSyPreflightPageKey0123456789abcdef"
+
+
+def test_an_answer_that_is_no_model_list_is_named_by_its_status_and_body(monkeypatch):
+    """A proxy's sign-in page sent with HTTP 200 (a wrong base_url) is neither a model list
+    nor a model: each model is stopped, with the status and the body's first 200 characters,
+    the key that page echoes redacted before the cut (it straddles the 200th character)."""
+    head = "<!DOCTYPE html><html><head><title>Sign in</title></head><body><p>"
+    page = head + "x" * (190 - len(head)) + PAGE_KEY + "</p></body></html>"
+    _models_answer(monkeypatch, 200, page, "text/html")
+    env = {"GEMINI_API_KEY": PAGE_KEY, "OPENAI_API_KEY": PAGE_KEY, "ANTHROPIC_API_KEY": ANTHROPIC_KEY}
+    with ProviderServer(openai_key=PAGE_KEY, anthropic_key=ANTHROPIC_KEY) as srv:
+        models = {
+            "flash": {"backend": "openai_compatible", "model_id": "gemini-3.5-flash", "base_url": srv.base_url,
+                      "api_key_env": "GEMINI_API_KEY"},
+            "gpt": {"backend": "openai", "model_id": "gpt-4o", "base_url": srv.base_url},
+            "claude": {"backend": "anthropic", "model_id": "claude-haiku-4-5", "base_url": srv.anthropic_base_url},
+        }
+        with pytest.raises(ModelNotServed) as err:
+            check_served(models, environ=env)
+        assert not srv.generation_calls()
+    problems = err.value.problems
+    assert set(problems) == {"flash", "gpt", "claude"}
+    start = "answered HTTP 200 with body '<!DOCTYPE html><html><head><title>Sign in</title>"
+    for name, what in (("flash", "a model list"), ("gpt", "a model"), ("claude", "a model")):
+        text = problems[name]
+        assert start in text, text
+        assert f"which is not {what}; check models.{name}.base_url" in text, text
+        excerpt = text.split("with body '", 1)[1].split("'", 1)[0]
+        # Cut at 200 characters, in the marker the key's value was replaced by.
+        assert len(excerpt) == 200 and excerpt[190] == "<" and "AIza" not in text, text
+
+
+def test_an_error_status_without_an_error_message_is_named_by_its_body(monkeypatch):
+    """A gateway's HTML error page: its status and the start of the page, not just "Error code: 502"."""
+    _models_answer(monkeypatch, 502, "<html><head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>",
+                   "text/html")
+    with _server() as srv:
+        models = {"gpt": {"backend": "openai", "model_id": "gpt-4o", "base_url": srv.base_url},
+                  "claude": {"backend": "anthropic", "model_id": "claude-haiku-4-5",
+                             "base_url": srv.anthropic_base_url}}
+        with pytest.raises(ModelNotServed) as err:
+            check_served(models, environ=ENV)
+    for name in ("gpt", "claude"):
+        assert ("the provider could not be asked: HTTP 502: body "
+                "'<html><head><title>502 Bad Gateway</title></head> <body>nginx</body></html>'") in \
+            err.value.problems[name], err.value.problems[name]
 
 
 def test_no_hosted_model_asks_nothing():

@@ -365,6 +365,10 @@ _FiniteValidator = jsonschema.validators.extend(
 )
 
 
+_BOUNDS = {"minimum": "of at least", "exclusiveMinimum": "above", "maximum": "of at most",
+           "exclusiveMaximum": "below"}
+
+
 def _describe(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> str:
     where = _dotted(error.absolute_path)
     schema = _resolve(error.schema, root) if isinstance(error.schema, Mapping) else {}
@@ -380,7 +384,14 @@ def _describe(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> str
         return (f"`{where}` = {error.instance} is not a finite number; write a finite value "
                 "(or leave the key out for its default)")
     if error.validator == "required":
-        return f"`{where}`: {error.message}"
+        # One error per missing key, named only in the message ("'x' is a required property").
+        key = next((k for k in error.validator_value if repr(k) in error.message), None)
+        if key is None:
+            return f"`{where}`: {error.message}"
+        prefix = f"{where}." if error.absolute_path else ""
+        return f"`{prefix}{key}` is missing: `{where}` needs {', '.join(error.validator_value)}; add it"
+    if error.validator in _BOUNDS:
+        return f"`{where}`: {error.message}; write a value {_BOUNDS[error.validator]} {error.validator_value}"
     if "propertyNames" in error.schema_path:
         return (
             f"`{where}`: key {error.instance!r} must match {error.validator_value} "
@@ -455,7 +466,7 @@ def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
                     f"`models.{name}.model_id` must be 'resources/models/{name}' for a gguf_package model "
                     f"(the converted model's directory), got {model.get('model_id')!r}"
                 )
-    return problems
+    return problems + config_checks.budget_problems(cfg)
 
 
 def validate_config(

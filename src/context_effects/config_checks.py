@@ -21,6 +21,9 @@ the config files themselves and of ``resources:`` against the rule names
   values resolve (what the schema cannot say: increasing cutpoints, ``[lo, hi]`` order),
   and the anchor scale the synthetic generators plant equals ``conformity.fit.theta_anchor``,
   the scale the fit pins the anchors at.
+- ``budget_problems`` (called by ``validate_config`` with the references between
+  sections): ``run.budget_usd: 0`` means no paid calls, so a run that calls a billed
+  model is refused; it needs the config only.
 """
 
 from __future__ import annotations
@@ -35,6 +38,34 @@ from context_effects import pinned
 log = logging.getLogger(__name__)
 
 Config = Mapping[str, Any]
+
+
+# --------------------------------------------------------------------------- budget
+
+
+def budget_problems(cfg: Config) -> list[str]:
+    """``run.budget_usd: 0`` with a billed model (``llm.pricing.BILLED``) that the enabled
+    studies call, off replay.
+
+    Zero is "no paid calls" (docs/costs.md): caught here, while the workflow is parsed,
+    rather than by the start's cost estimate, which a dry run skips and which would first
+    have the item tables built, or by the first answering job."""
+    run = cfg["run"]
+    if run.get("budget_usd") != 0 or run.get("replay"):
+        return []
+    from context_effects.dag import used_models
+    from context_effects.llm.pricing import BILLED
+
+    models = cfg["models"]
+    billed = [m for m in used_models(cfg) if m in models and models[m]["backend"] in BILLED]
+    if not billed:
+        return []
+    named = ", ".join(f"{m} ({models[m]['backend']})" for m in billed)
+    return [
+        f"`run.budget_usd` is 0, which allows no paid calls, but the run calls billed model(s) {named}; "
+        "set `run.budget_usd` to a positive limit in USD, or to null for no budget (or leave those models "
+        "out of the studies, or set `run.replay: true` to serve their answers from the response store)"
+    ]
 
 
 # --------------------------------------------------------------------------- designs

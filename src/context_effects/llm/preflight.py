@@ -15,6 +15,11 @@ nothing:
   /models``; the id (or ``models/<id>``, as Google lists them) must be among those
   listed. A server without a models endpoint is a warning, not a stop.
 
+An answer that is not a model (or, from ``GET /models``, not a model list), such as a
+proxy's HTML login page sent with HTTP 200, is a problem too, and so is an error status;
+each is named by its HTTP status and the start of its body (``BODY_CHARS``, secrets
+redacted before it is cut), since that is what tells a wrong ``base_url`` from an outage.
+
 Every problem is collected before anything is raised, so one ``ModelNotServed`` names
 each model, its config key, the id and the provider's answer. Keys are read as the
 backends read them and never appear in a message.
@@ -23,7 +28,7 @@ backends read them and never appear in a message.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,6 +39,10 @@ from context_effects.llm.secrets import ENV_VARS, redact
 TIMEOUT_S = 30.0
 #: How many characters of a provider's error message go into a problem.
 ANSWER_CHARS = 300
+#: How many characters of a body that is not what was asked for go into a problem.
+BODY_CHARS = 200
+
+Scrub = Callable[[str], str]
 
 
 class ModelNotServed(RuntimeError):
@@ -62,50 +71,99 @@ def _where(name: str, cfg: Mapping[str, Any]) -> str:
     return f"models.{name}.model_id = {cfg['model_id']!r} ({cfg['backend']}{f' at {url}' if url else ''})"
 
 
-def _answer(exc: Exception) -> str:
-    """What the provider said, as the SDK reports it: status, error code, message."""
+def _body(text: str, scrub: Scrub) -> str:
+    """The start of a body, on one line: redacted first, so that no cut can keep part of a key."""
+    flat = " ".join(scrub(text).split())
+    if not flat:
+        return "an empty body"
+    more = f"... ({len(flat)} characters)" if len(flat) > BODY_CHARS else ""
+    return f"body {flat[:BODY_CHARS]!r}{more}"
+
+
+def _answer(exc: Exception, scrub: Scrub) -> str:
+    """What the provider said, as the SDK reports it: status, error code, message; the start
+    of the body when it holds no error message (an HTML error page, plain text)."""
     status = getattr(exc, "status_code", None)
     body = getattr(exc, "body", None)
     err = body.get("error", body) if isinstance(body, Mapping) else None
     code = (err.get("code") or err.get("type")) if isinstance(err, Mapping) else None
-    message = (err.get("message") if isinstance(err, Mapping) else None) or str(exc)
+    message = err.get("message") if isinstance(err, Mapping) else None
+    response = getattr(exc, "response", None)
     head = " ".join(str(x) for x in (f"HTTP {status}" if status else "no answer", code) if x)
-    return f"{head}: {str(message)[:ANSWER_CHARS]}"
+    if not message and status and response is not None:
+        return f"{head}: {_body(response.text, scrub)}"
+    return f"{head}: {scrub(str(message or exc))[:ANSWER_CHARS]}"
 
 
-def _openai(cfg: Mapping[str, Any], key: str | None, timeout_s: float) -> tuple[str | None, str | None]:
+def _json(response: Any) -> Any:
+    try:
+        return response.json()
+    except ValueError:  # not JSON (an HTML page), or not text at all
+        return None
+
+
+def _model_ids(response: Any) -> set[str] | None:
+    """The ids a models list (``{"data": [{"id": ...}, ...]}``) holds; None when the body is none."""
+    body = _json(response)
+    data = body.get("data") if isinstance(body, Mapping) else None
+    if not isinstance(data, list) or not all(isinstance(m, Mapping) and isinstance(m.get("id"), str) for m in data):
+        return None
+    return {m["id"] for m in data}
+
+
+def _is_model(response: Any) -> bool:
+    body = _json(response)
+    return isinstance(body, Mapping) and isinstance(body.get("id"), str)
+
+
+def _not(what: str, name: str, response: Any, scrub: Scrub) -> str:
+    return (f"the provider's models endpoint answered HTTP {response.status_code} with "
+            f"{_body(response.text, scrub)}, which is not {what}; check models.{name}.base_url")
+
+
+def _openai(name: str, cfg: Mapping[str, Any], key: str | None, timeout_s: float,
+            scrub: Scrub) -> tuple[str | None, str | None]:
     import openai
 
     compatible = cfg["backend"] == "openai_compatible"
     client = openai.OpenAI(api_key=key or "EMPTY", base_url=cfg.get("base_url"), max_retries=1, timeout=timeout_s)
     model_id = str(cfg["model_id"])
     try:
+        # Raw: the SDK builds a model out of any body (an HTML page included) without a word.
         if not compatible:
-            client.models.retrieve(model_id)
+            raw = client.models.with_raw_response.retrieve(model_id)
+            if not _is_model(raw.http_response):
+                return _not("a model", name, raw.http_response, scrub), None
             return None, None
-        listed = {m.id for m in client.models.list()}
+        raw = client.models.with_raw_response.list()
     except openai.NotFoundError as exc:
         if compatible:
-            return None, f"cannot check: the server has no models endpoint ({_answer(exc)})"
-        return f"the provider answered {_answer(exc)}", None
+            return None, f"cannot check: the server has no models endpoint ({_answer(exc, scrub)})"
+        return f"the provider answered {_answer(exc, scrub)}", None
     except openai.OpenAIError as exc:
-        return f"the provider could not be asked: {_answer(exc)}", None
+        return f"the provider could not be asked: {_answer(exc, scrub)}", None
+    listed = _model_ids(raw.http_response)
+    if listed is None:
+        return _not("a model list", name, raw.http_response, scrub), None
     if model_id in listed or f"models/{model_id}" in listed:
         return None, None
     return f"the provider's models endpoint does not list it ({len(listed)} models listed)", None
 
 
-def _anthropic(name: str, cfg: Mapping[str, Any], key: str | None,
-               timeout_s: float) -> tuple[str | None, str | None]:
+def _anthropic(name: str, cfg: Mapping[str, Any], key: str | None, timeout_s: float,
+               scrub: Scrub) -> tuple[str | None, str | None]:
     import anthropic
 
     client = anthropic.Anthropic(api_key=key, base_url=cfg.get("base_url"), max_retries=1, timeout=timeout_s)
     try:
-        info = client.models.retrieve(str(cfg["model_id"]))
+        raw = client.models.with_raw_response.retrieve(str(cfg["model_id"]))
     except anthropic.NotFoundError as exc:
-        return f"the provider answered {_answer(exc)}", None
+        return f"the provider answered {_answer(exc, scrub)}", None
     except anthropic.AnthropicError as exc:
-        return f"the provider could not be asked: {_answer(exc)}", None
+        return f"the provider could not be asked: {_answer(exc, scrub)}", None
+    if not _is_model(raw.http_response):
+        return _not("a model", name, raw.http_response, scrub), None
+    info = raw.parse()
     lifecycle = getattr(info, "lifecycle", None)
     retires = getattr(info, "retires_at", None)
     if lifecycle == "retired":
@@ -125,13 +183,17 @@ def check_model(name: str, cfg: Mapping[str, Any], environ: Mapping[str, str] = 
                 timeout_s: float = TIMEOUT_S) -> tuple[str | None, str | None]:
     """``(problem, warning)`` for one model: each None, or a sentence saying what the provider answered."""
     key = _key(cfg, environ)
+
+    def scrub(text: str) -> str:
+        return _scrub(text, key, environ)
+
     if cfg["backend"] == "anthropic":
-        problem, warning = _anthropic(name, cfg, key, timeout_s)
+        problem, warning = _anthropic(name, cfg, key, timeout_s, scrub)
     else:
-        problem, warning = _openai(cfg, key, timeout_s)
+        problem, warning = _openai(name, cfg, key, timeout_s, scrub)
     where = _where(name, cfg)
-    return (_scrub(f"{where}: {problem}", key, environ) if problem else None,
-            _scrub(f"{name} ({where}): {warning}", key, environ) if warning else None)
+    return (scrub(f"{where}: {problem}") if problem else None,
+            scrub(f"{name} ({where}): {warning}") if warning else None)
 
 
 def _scrub(text: str, key: str | None, environ: Mapping[str, str]) -> str:

@@ -50,6 +50,13 @@ from context_effects import cluster
 workflow.localrules(*cluster.LOCAL_RULES)
 
 
+from context_effects.utc import utc_now_iso
+
+# When this invocation began: its closing summary names the answering attempts that
+# stopped since.
+RUN_STARTED = utc_now_iso()
+
+
 onstart:
     # Real runs only, with the DAG built: asks for the keys of the answering jobs
     # about to run, then each hosted provider whether it serves their models, and
@@ -62,6 +69,18 @@ onstart:
     # Under the slurm executor: an account sacctmgr does not list stops here, not at the
     # first submission (where the plugin's error leaves the run waiting, silent).
     cluster.require_known_accounts(workflow)
+
+
+onerror:
+    # A stopped answering job (the run's budget, the output budget, a full disk) fails in
+    # Snakemake's summary without its cause; the cause is repeated here, last, from the
+    # attempts logs of the attempts that ended during this run.
+    import logging
+    from context_effects.llm.shards import stopped_attempts
+
+    for line in stopped_attempts("results/ledgers/.attempts", RUN_STARTED):
+        # Formatted here: Snakemake's handlers print ``record.msg`` without its args.
+        logging.getLogger("snakemake.logging").error(f"answering stopped: {line}")
 
 
 # A dry run never calls onstart: it only warns about the keys its jobs would need.

@@ -206,6 +206,9 @@ class ProviderServer:
         deprecated_models: dict[str, str] | None = None,
         # Anthropic ids whose model object says `thinking: disabled` is refused.
         thinking_always_on: tuple[str, ...] = (),
+        # False: replies carry no token usage (as some OpenAI-compatible servers answer);
+        # the calls are billed all the same (``usage_log``).
+        report_usage: bool = True,
     ) -> None:
         self.openai_key = openai_key
         self.anthropic_key = anthropic_key
@@ -224,6 +227,9 @@ class ProviderServer:
         self.retired_models = tuple(retired_models)
         self.deprecated_models = dict(deprecated_models or {})
         self.thinking_always_on = tuple(thinking_always_on)
+        self.report_usage = report_usage
+        #: The usage of every generation answered, whether or not the reply carried it: the bill.
+        self.usage_log: list[dict[str, Any]] = []
         self._admitted = 0
         self._release = threading.Event()
         # custom_ids the batch endpoints answer with an error / leave expired.
@@ -547,7 +553,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if p.latency_s:
                 p._stop.wait(p.latency_s)
-            self._json(200, make())
+            reply = make()
+            with p._lock:
+                p.usage_log.append(dict(reply.get("usage") or {}))
+            if not p.report_usage:
+                reply.pop("usage", None)
+            self._json(200, reply)
         finally:
             with p._lock:
                 p.in_flight -= 1

@@ -281,69 +281,196 @@ def test_a_run_within_budget_starts(built):
     with pytest.raises(BudgetExceeded, match="exceeds run.budget_usd"):
         require_within_budget(over, None, workdir)
     assert require_within_budget({**config, "run": {**config["run"], "budget_usd": None}}, None, workdir) is None
+    # One estimate: the command a user runs prints the figure the start's check compares.
+    from context_effects.costs import main as costs_main
+
+    out = workdir / "printed-estimate.json"
+    assert costs_main(["--configfile", str(workdir / "config.yaml"), "--directory", str(workdir),
+                       "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["cost_usd"] == pytest.approx(
+        require_within_budget(within, None, workdir).cost_usd, rel=1e-12)
+
+
+def test_replies_without_usage_are_no_measurement_of_length(tmp_path):
+    """A pilot whose replies carried no token usage records 0 output tokens for them: the
+    estimate keeps the max_tokens bound instead of a mean of 0."""
+    from context_effects.llm.estimate import read_pilot
+
+    log = AttemptLog(tmp_path / ".attempts/amel/judge/gpt/0000.jsonl")
+    log.append(Ledger(calls=10, tokens_in=0, tokens_out=0, cost_bounded_calls=10), attempt="a", outcome="completed")
+    assert read_pilot(tmp_path).find("amel", "judge", "gpt") is None
+    log.append(Ledger(calls=10, tokens_out=40, cost_bounded_calls=6), attempt="b", outcome="completed")
+    assert read_pilot(tmp_path).find("amel", "judge", "gpt").out_per_call() == pytest.approx(40 / 4)
 
 
 # ------------------------------------------------------------------ the budget while running
 
 
-def _shard(tmp_path: Path, srv: ProviderServer, n: int) -> Path:
+def _shard(tmp_path: Path, srv: ProviderServer, n: int, name: str = "0000") -> Path:
     cfg = {"backend": "openai", "model_id": "gpt-test", "base_url": srv.base_url}
-    requests = [LLMRequest(model_ref("gpt", cfg), (("user", f"Rate answer number {i} of the batch, please."),),
+    requests = [LLMRequest(model_ref("gpt", cfg), (("user", f"Rate answer number {i} of the {name} batch, please."),),
                            Sampling(max_tokens=32, seed=42)) for i in range(n)]
-    path = tmp_path / "results/requests/smoke/judge/gpt/0000.parquet"
+    path = tmp_path / f"results/requests/smoke/judge/gpt/{name}.parquet"
     write_request_shard(path, requests)
     return path
 
 
-def _answer(tmp_path: Path, srv: ProviderServer, shard: Path, budget: RunBudget, store: ResponseStore) -> Ledger:
-    backend = OpenAIBackend(base_url=srv.base_url, concurrency=1, prices={"gpt-test": PRICE},
-                            backoff_base_s=0.02, backoff_max_s=0.1, request_timeout_s=5.0, max_retry_time_s=10.0)
+def _answer(tmp_path: Path, srv: ProviderServer, shard: Path, budget: RunBudget | None, store: ResponseStore,
+            concurrency: int = 1, prices: dict | None = None) -> Ledger:
+    prices = {"gpt-test": PRICE} if prices is None else prices
+    backend = OpenAIBackend(base_url=srv.base_url, concurrency=concurrency, max_concurrency=concurrency,
+                            prices=prices, backoff_base_s=0.02, backoff_max_s=0.1, request_timeout_s=5.0,
+                            max_retry_time_s=10.0)
+    name = shard.stem
     with backend:
-        return answer_shard(shard, tmp_path / "results/responses/smoke/judge/gpt/0000.parquet",
-                            tmp_path / "results/ledgers/smoke/judge/gpt/0000.json", backend, store,
-                            attempts_log=tmp_path / "results/ledgers/.attempts/smoke/judge/gpt/0000.jsonl",
+        return answer_shard(shard, tmp_path / f"results/responses/smoke/judge/gpt/{name}.parquet",
+                            tmp_path / f"results/ledgers/smoke/judge/gpt/{name}.json", backend, store,
+                            attempts_log=tmp_path / f"results/ledgers/.attempts/smoke/judge/gpt/{name}.jsonl",
                             progress=False, handle_signals=False, model_name="gpt", budget=budget)
 
 
+def _budget(limit: float, attempts: Path, **kwargs) -> RunBudget:
+    return RunBudget(limit, attempts, prices={"gpt-test": PRICE}, **kwargs)
+
+
+def _bill(srv: ProviderServer) -> float:
+    """What the provider charged, from its own count of every answered call's tokens."""
+    return sum(u["prompt_tokens"] * PRICE["input_per_mtok"] + u["completion_tokens"] * PRICE["output_per_mtok"]
+               for u in srv.usage_log) / 1e6
+
+
 def test_a_run_stops_sending_at_its_budget_and_a_raised_budget_pays_nothing_twice(tmp_path, monkeypatch):
+    """Each batch is reserved at its calls' upper bound before it is sent, so the run never
+    passes its budget; it stops once what is left does not cover the next call's bound."""
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
     attempts = tmp_path / "results/ledgers/.attempts"
     store = ResponseStore(tmp_path / "results/store")
     with ProviderServer(openai_key=OPENAI_KEY) as srv:
         shard = _shard(tmp_path, srv, 12)
-        # What one call costs here: the server counts words as tokens.
-        probe = _answer(tmp_path / "probe", srv, _shard(tmp_path / "probe", srv, 1),
-                        RunBudget(100.0, tmp_path / "probe/results/ledgers/.attempts"),
-                        ResponseStore(tmp_path / "probe/results/store"))
-        per_call = probe.cost_usd
-        assert per_call > 0
+        requests, _ = read_request_shard(shard)
+        bounds = [_budget(1.0, attempts).bound(r) for r in requests]
+        # What one call costs here (the server counts words as tokens): far below its bound.
+        per_call = _answer(tmp_path / "probe", srv, _shard(tmp_path / "probe", srv, 1), None,
+                           ResponseStore(tmp_path / "probe/results/store")).cost_usd
+        assert 0 < 3.5 * per_call < max(bounds)
         srv.log.clear()
-        limit = 3.5 * per_call
+        srv.usage_log.clear()
+        limit = max(bounds) + 3.5 * per_call
         with pytest.raises(BudgetReached) as stopped:
-            _answer(tmp_path, srv, shard, RunBudget(limit, attempts, refresh_s=0.0), store)
+            _answer(tmp_path, srv, shard, _budget(limit, attempts, refresh_s=0.0), store)
         sent = srv.generation_calls()
         paid = paid_in_logs(attempts)
-        # Batches sized to what is left (1 call to learn the price, then 2, then 1): the fourth
-        # answer took the spending past the limit and nothing more had been sent.
-        assert len(sent) == 4 and paid == pytest.approx(4 * per_call) and paid >= limit
+        # Never past the budget, and stopped only when the next call's bound did not fit.
+        assert paid == pytest.approx(_bill(srv)) and paid <= limit
+        assert limit - paid < max(bounds) and 3 <= len(sent) <= 5
         text = str(stopped.value)
         assert f"of its budget run.budget_usd = ${limit:,.2f}" in text and "raise run.budget_usd and rerun" in text
-        assert AttemptLog(attempts / "smoke/judge/gpt/0000.jsonl").previous()[-1]["outcome"] == (
-            "stopped: the run's budget (run.budget_usd) reached")
+        record = AttemptLog(attempts / "smoke/judge/gpt/0000.jsonl").previous()[-1]
+        assert record["outcome"] == "stopped: the run's budget (run.budget_usd) reached"
+        assert record["detail"] == text  # what the run's closing summary prints
+        # Nothing stays reserved once the attempt has ended.
+        assert json.loads((attempts / RunBudget.RESERVATIONS).read_text()) == {}
         # Everything received is kept: each answer is in the store.
-        requests, _ = read_request_shard(shard)
         store.refresh()
         assert len(store.get_many(r.key for r in requests)) == len(sent)
         assert not (tmp_path / "results/responses/smoke/judge/gpt/0000.parquet").exists()
 
         # Resumed with a raised budget: the others are asked, the stored ones are not.
-        ledger = _answer(tmp_path, srv, shard, RunBudget(100.0, attempts), store)
+        ledger = _answer(tmp_path, srv, shard, _budget(100.0, attempts), store)
         prompts = [(c.body if isinstance(c.body, dict) else json.loads(c.body))["messages"][-1]["content"]
                    for c in srv.generation_calls()]
+        bill = _bill(srv)
     assert len(prompts) == 12 == len(set(prompts))  # every request paid exactly once
     assert ledger.calls == 12 and ledger.cache_hits == len(sent) and ledger.runs == 2
-    assert ledger.cost_usd == pytest.approx(12 * per_call, rel=0.05)
-    assert paid_in_logs(attempts) == pytest.approx(ledger.cost_usd)
+    assert ledger.cost_usd == pytest.approx(bill) and paid_in_logs(attempts) == pytest.approx(bill)
+
+
+def test_jobs_answering_at_once_stay_within_the_budget_together(tmp_path, monkeypatch):
+    """Two shards answered at the same time, each with calls in flight, against a budget
+    that buys about 20 of their calls: together they never pay more than the budget, and
+    each one's message counts what both paid."""
+    import threading
+
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    attempts = tmp_path / "results/ledgers/.attempts"
+    store = ResponseStore(tmp_path / "results/store")
+    with ProviderServer(openai_key=OPENAI_KEY, latency_s=0.05) as srv:
+        shards = [_shard(tmp_path, srv, 30, name) for name in ("0000", "0001")]
+        probe = _answer(tmp_path / "probe", srv, _shard(tmp_path / "probe", srv, 1), None,
+                        ResponseStore(tmp_path / "probe/results/store"))
+        limit = 20 * probe.cost_usd
+        srv.usage_log.clear()
+        srv.log.clear()
+        outcomes: dict[str, BaseException | Ledger] = {}
+
+        def answer(shard: Path) -> None:
+            try:
+                outcomes[shard.stem] = _answer(tmp_path, srv, shard, _budget(limit, attempts), store, concurrency=4)
+            except BaseException as exc:  # noqa: BLE001 - examined below
+                outcomes[shard.stem] = exc
+
+        threads = [threading.Thread(target=answer, args=(s,)) for s in shards]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        bill = _bill(srv)
+        calls = len(srv.generation_calls())
+        assert srv.max_in_flight > 1  # the two jobs did overlap
+    assert all(isinstance(o, BudgetReached) for o in outcomes.values()), outcomes
+    assert 0 < calls < 60
+    assert bill <= limit * (1 + 1e-9), f"paid ${bill:.6f} against a budget of ${limit:.6f} ({calls} calls)"
+    assert paid_in_logs(attempts) == pytest.approx(bill)
+    beyond_own = []
+    for name, stopped in outcomes.items():
+        said = float(str(stopped).split("the run has paid $")[1].split(" ")[0].replace(",", ""))
+        own = AttemptLog(attempts / f"smoke/judge/gpt/{name}.jsonl").previous()[-1]["cost_usd"]
+        # The run's spending when the job stopped, as printed (4 decimals): at least its
+        # own, at most the bill (the other job's calls in flight may have come back since).
+        assert own - 5e-5 <= said <= bill + 5e-5, (name, own, said, bill)
+        beyond_own.append(said - own)
+    assert max(beyond_own) > 5e-5  # a message counts the other job's spending too
+
+
+def test_replies_without_token_usage_count_at_their_bound_and_the_budget_holds(tmp_path, monkeypatch, caplog):
+    """A provider whose replies carry no usage: each call is counted at the most it can
+    have cost, never at 0, so the budget still stops the run within what it allows, the
+    ledger says how many were counted so, and the log says so."""
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    attempts = tmp_path / "results/ledgers/.attempts"
+    with ProviderServer(openai_key=OPENAI_KEY, report_usage=False) as srv:
+        shard = _shard(tmp_path, srv, 24)
+        requests, _ = read_request_shard(shard)
+        bounds = [_budget(1.0, attempts).bound(r) for r in requests]
+        limit = 6.5 * max(bounds)
+        with caplog.at_level("WARNING"), pytest.raises(BudgetReached):
+            _answer(tmp_path, srv, shard, _budget(limit, attempts), ResponseStore(tmp_path / "results/store"))
+        bill = _bill(srv)
+        calls = len(srv.generation_calls())
+    assert 0 < calls < 24 and bill <= limit
+    record = AttemptLog(attempts / "smoke/judge/gpt/0000.jsonl").previous()[-1]
+    assert record["cost_bounded_calls"] == record["calls"] == calls and record["cost_unknown_calls"] == 0
+    assert bill <= record["cost_usd"] <= limit  # an upper bound of what was billed, within the budget
+    assert "reported no token usage" in caplog.text and "cost_bounded_calls" in caplog.text
+
+
+def test_a_budget_of_zero_allows_free_calls_and_no_paid_one(tmp_path, monkeypatch):
+    """run.budget_usd: 0 means no paid call: a model priced at 0 answers every request, a
+    priced one sends nothing."""
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    free = {"gpt-test": {"input_per_mtok": 0.0, "output_per_mtok": 0.0}}
+    assert not RunBudget(0.0, tmp_path / "none").reached(Ledger())
+    with ProviderServer(openai_key=OPENAI_KEY) as srv:
+        shard = _shard(tmp_path / "free", srv, 5)
+        budget = RunBudget(0.0, tmp_path / "free/results/ledgers/.attempts", prices=free)
+        ledger = _answer(tmp_path / "free", srv, shard, budget, ResponseStore(tmp_path / "free/results/store"),
+                         prices=free)
+        assert ledger.calls == 5 and len(srv.generation_calls()) == 5
+        shard = _shard(tmp_path / "paid", srv, 5)
+        with pytest.raises(BudgetReached, match=r"the run has paid \$0.0000 of its budget run.budget_usd = \$0.00"):
+            _answer(tmp_path / "paid", srv, shard, _budget(0.0, tmp_path / "paid/results/ledgers/.attempts"),
+                    ResponseStore(tmp_path / "paid/results/store"))
+        assert len(srv.generation_calls()) == 5
 
 
 def test_what_other_jobs_paid_counts_against_the_budget(tmp_path, monkeypatch):
@@ -356,15 +483,15 @@ def test_what_other_jobs_paid_counts_against_the_budget(tmp_path, monkeypatch):
     with ProviderServer(openai_key=OPENAI_KEY) as srv:
         shard = _shard(tmp_path, srv, 3)
         with pytest.raises(BudgetReached, match=r"the run has paid \$0.7500 of its budget run.budget_usd = \$0.50"):
-            _answer(tmp_path, srv, shard, RunBudget(0.5, attempts), ResponseStore(tmp_path / "results/store"))
+            _answer(tmp_path, srv, shard, _budget(0.5, attempts), ResponseStore(tmp_path / "results/store"))
         assert not srv.generation_calls()
 
 
 def test_a_snakemake_run_stops_at_its_budget_and_goes_on_when_it_is_raised(tmp_path):
     """The whole path: a run that starts within its budget, in a working directory where
-    another job has already paid nearly all of it, stops its answering job after one call,
-    failing with the message; with the budget raised the rerun completes and asks the
-    provider nothing twice."""
+    another job has already paid nearly all of it, stops its answering job before its first
+    call, failing with the message, which the run's closing summary repeats; with the budget
+    raised the rerun completes and asks the provider nothing twice."""
     (tmp_path / "data").symlink_to(REPO / "data")
     env = {"OPENAI_API_KEY": OPENAI_KEY}
     target = "results/responses/anchoring/judge/gpt/tasks.parquet"
@@ -394,9 +521,13 @@ def test_a_snakemake_run_stops_at_its_budget_and_goes_on_when_it_is_raised(tmp_p
     assert stopped.returncode != 0, out[-3000:]
     assert "is within run.budget_usd" in out  # it started: the estimate alone fits the budget
     assert "gpt: model gpt: the run has paid $" in out and "raise run.budget_usd and rerun" in out, out[-3000:]
-    assert after_stop == 1  # one call learns the price; it took the run past its budget
+    # The cause is also the run's last word, not only in the job's log.
+    closing = out[out.rindex("answering stopped: "):]
+    assert closing.startswith("answering stopped: anchoring/judge/gpt/tasks: model gpt: the run has paid $"), closing
+    assert after_stop == 0  # what is left does not cover one call's bound: nothing was sent
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
-    # 12 requests, 12 calls, each a different request: the stored answer was not asked again.
+    assert "answering stopped" not in resumed.stdout + resumed.stderr
+    # 12 requests, 12 calls, each a different request.
     assert len(bodies) == 12 == len(set(bodies))
     ledger = Ledger.load(tmp_path / "results/ledgers/anchoring/judge/gpt/tasks.json")
-    assert ledger.calls == 12 and ledger.cache_hits == 1 and ledger.runs == 2
+    assert ledger.calls == 12 and ledger.cache_hits == 0 and ledger.runs == 2

@@ -312,3 +312,105 @@ def test_a_few_replies_out_of_budget_among_answers_are_missing_not_reasked(tmp_p
         "budget_exhausted" if i % long_every == long_every - 1 else None for i in range(n)
     ]
     assert ledger.invalid_reasons == {"budget_exhausted": long} and ledger.reasks == 0
+
+
+# --------------------------------------------------------------------------- a full disk
+
+
+def _namespaces_work() -> bool:
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+def test_a_full_ledger_disk_stops_the_job_and_the_rerun_pays_nothing_twice(tmp_path: Path) -> None:
+    """The ledgers' filesystem (a small tmpfs in a mount namespace of the job's own) fills up
+    after 8 answers, while calls are in flight. The job sends nothing more, stores every
+    answer it received, records what it paid in the space it held back, and stops naming
+    the path; after space is freed the rerun asks only what was not answered, and the
+    shard's ledger equals the provider's bill."""
+    if not _namespaces_work():
+        if os.environ.get("CI"):
+            pytest.fail("`unshare -rm` (util-linux) is needed for the full-disk test")
+        pytest.skip("`unshare -rm` is not available here")
+    n, fill_at = 48, 8
+    shard = Shard(tmp_path / "full", _requests(n))
+    ledgers, saved = shard.ledger.parent, tmp_path / "saved-ledgers"
+    ledgers.mkdir(parents=True)
+    proc_holder: dict[str, subprocess.Popen] = {}
+    answered = 0
+    lock = threading.Lock()
+
+    def fill(prompt: str):
+        nonlocal answered
+        with lock:
+            answered += 1
+            if answered == fill_at:
+                # Everything the tmpfs has left, written from outside through the job's root.
+                filler = Path(f"/proc/{proc_holder['job'].pid}/root") / ledgers.relative_to("/") / "filler"
+                with open(filler, "wb") as fh:
+                    try:
+                        while True:
+                            fh.write(b"\0" * 4096)
+                            fh.flush()
+                    except OSError:
+                        pass
+        return default_reply(prompt)
+
+    driver = [
+        sys.executable, str(TESTS / "faults/answering/answer_job.py"),
+        "--requests", str(shard.requests), "--responses", str(shard.responses), "--ledger", str(shard.ledger),
+        "--attempts", str(shard.attempts), "--store", str(shard.store), "--concurrency", "4",
+        "--max-concurrency", "4", "--min-free-bytes", "0", "--reserve-bytes", str(64 * 1024),
+    ]
+    script = (
+        f'mount -t tmpfs -o size=1m tmpfs "{ledgers}" || exit 90\n'
+        + " ".join(f'"{a}"' for a in driver) + "; rc=$?\n"
+        + f'rm -f "{ledgers}/filler"; mkdir -p "{saved}" && cp -a "{ledgers}/." "{saved}/"\nexit $rc\n'
+    )
+    log_path = tmp_path / "job.log"
+    with ProviderServer(openai_key=KEY, reply=fill, latency_s=0.02) as srv, open(log_path, "w") as log:
+        proc = subprocess.Popen(["unshare", "-rm", "sh", "-c", script], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=log, text=True,
+                                env={**os.environ, "OPENAI_API_KEY": KEY, "OMP_NUM_THREADS": "1"})
+        proc_holder["job"] = proc
+        try:
+            assert proc.stdout.readline().strip() == "ready", log_path.read_text()[-3000:]
+            proc.stdin.write(srv.base_url + "\n")
+            proc.stdin.flush()
+            rc = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        first = len(srv.answered_calls())
+        said = log_path.read_text()
+        # Space freed: the ledgers, as the job left them, on a disk with room.
+        os.rmdir(ledgers) if not any(ledgers.iterdir()) else None
+        import shutil
+
+        shutil.copytree(saved, ledgers, dirs_exist_ok=True)
+        ledger = shard.answer(_backend(srv))
+        prompts = [_prompt(c) for c in srv.answered_calls()]
+    assert 0 < first < n, f"the job stopped after {first} of {n} calls"
+    # Each prompt paid once: every answer the job received was stored before anything else.
+    duplicates = [p for p, k in Counter(prompts).items() if k > 1]
+    assert not duplicates and len(prompts) == n, duplicates
+    # The ledger is the bill: the first attempt recorded its calls in the space it held back.
+    assert ledger.calls == len(prompts), (ledger.calls, len(prompts), ledger.attempts)
+    assert [a["calls"] for a in ledger.attempts] == [first, n - first], ledger.attempts
+    assert ledger.attempts[0]["outcome"].startswith("stopped: cannot write ")
+    # It stopped on purpose, naming the path and the cause.
+    assert rc == 3, said[-3000:]
+    assert "write failed: cannot write" in said and str(ledgers) in said and "No space left on device" in said
+
+
+def test_too_little_free_space_stops_before_anything_is_sent(tmp_path: Path) -> None:
+    from context_effects.llm.runner import WriteFailed
+
+    shard = Shard(tmp_path)
+    with ProviderServer(openai_key=KEY) as srv:
+        with pytest.raises(WriteFailed, match=r"MiB free; an answering job needs at least .* before it sends a batch"):
+            shard.answer(_backend(srv), min_free_bytes=2**62)
+        assert not srv.generation_calls()

@@ -23,8 +23,8 @@ def main(snakemake):
 
     from context_effects.llm.factory import make_backend
     from context_effects.llm.ledger import RunBudget
-    from context_effects.llm.pricing import BILLED
-    from context_effects.llm.runner import BudgetReached
+    from context_effects.llm.pricing import BILLED, batch_factor, effective_prices
+    from context_effects.llm.runner import BudgetReached, OutputBudgetExhausted, WriteFailed
     from context_effects.llm.shards import JobInterrupted, answer_shard
     from context_effects.llm.store.responses import ResponseStore
 
@@ -32,11 +32,12 @@ def main(snakemake):
 
     model = snakemake.wildcards.model
     store = ResponseStore("results/store")
+    # The rule's params hold what changes an answer; how fast it comes (GPUs,
+    # concurrency, engine memory) is read from the run's config and reruns nothing.
+    settings = with_speed_settings(snakemake.params.model, snakemake.config, model)
     backend = make_backend(
         model,
-        # The rule's params hold what changes an answer; how fast it comes (GPUs,
-        # concurrency, engine memory) is read from the run's config and reruns nothing.
-        with_speed_settings(snakemake.params.model, snakemake.config, model),
+        settings,
         store=store,
         state_dir=f"results/state/{model}",
         replay=snakemake.params.replay,
@@ -46,8 +47,10 @@ def main(snakemake):
     # it; a local model's job is not stopped by what the hosted ones paid.
     budget_usd = snakemake.config.get("run", {}).get("budget_usd")
     budget = None
-    if budget_usd is not None and snakemake.params.model["backend"] in BILLED and not snakemake.params.replay:
-        budget = RunBudget(budget_usd, "results/ledgers/.attempts")
+    if budget_usd is not None and settings["backend"] in BILLED and not snakemake.params.replay:
+        # Prices bound each call a reservation holds (RunBudget.reserve).
+        budget = RunBudget(budget_usd, "results/ledgers/.attempts", prices=effective_prices(settings),
+                           factor=batch_factor(settings))
     try:
         with backend:
             ledger = answer_shard(
@@ -60,7 +63,9 @@ def main(snakemake):
                 model_name=model,
                 budget=budget,
             )
-    except BudgetReached as exc:
+    except (BudgetReached, OutputBudgetExhausted, WriteFailed) as exc:
+        # Stopped on purpose: the cause, not a traceback (the run's closing summary
+        # repeats it, from the attempts log).
         log.error("%s: %s", model, exc)
         print(f"{model}: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -42,12 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from context_effects.llm.ledger import AttemptLog, Ledger
-from context_effects.llm.pricing import batch_factor, load_costs, model_price, prices_read
+from context_effects.llm.pricing import CHARS_PER_TOKEN, batch_factor, load_costs, model_price, prices_read
 
 Config = Mapping[str, Any]
 
-#: Characters per token of the prompt estimate (module docstring).
-CHARS_PER_TOKEN = 4
 #: Stands in for an answer not yet written, in prompts built before it exists.
 STAND_IN = "·"
 #: Where a run's ledgers are (and their attempts logs, under ``.attempts``).
@@ -108,6 +106,8 @@ class Measured:
     calls: int = 0
     reasks: int = 0
     failures: int = 0
+    #: Answers whose reply reported no token usage: paid, but no measurement of length.
+    unmeasured: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     wall_s: float = 0.0
@@ -117,6 +117,7 @@ class Measured:
         self.calls += int(rec.get("calls") or 0)
         self.reasks += int(rec.get("reasks") or 0)
         self.failures += int(rec.get("failures") or 0)
+        self.unmeasured += int(rec.get("cost_bounded_calls") or 0)
         self.tokens_in += int(rec.get("tokens_in") or 0)
         self.tokens_out += int(rec.get("tokens_out") or 0)
         self.wall_s += float(rec.get("wall_s") or 0.0)
@@ -125,7 +126,9 @@ class Measured:
 
     @property
     def answered(self) -> int:
-        return self.calls - self.failures
+        """Answers whose length was measured: a reply without token usage counts 0 tokens
+        in its ledger, which would make a pilot's mean, and so the estimate, too small."""
+        return self.calls - self.failures - self.unmeasured
 
     def out_per_call(self) -> float | None:
         return self.tokens_out / self.answered if self.answered > 0 else None

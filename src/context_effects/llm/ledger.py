@@ -15,16 +15,48 @@ the shard and lists each attempt in ``attempts``.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
+import socket
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from context_effects.utc import utc_now_iso
+
+
+def append_line(path: Path, text: str, *, fsync: bool = False) -> None:
+    """Append ``text`` and a newline to ``path`` with one ``write`` (a kill leaves the line
+    whole or cut short, and readers skip a line cut short); an error names ``path``, and a
+    short write (a disk filling up) is one."""
+    line = (text + "\n").encode("utf-8")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise named(exc, path) from None
+    if written != len(line):
+        raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} (a line was written only in part)", str(path))
+
+
+def named(exc: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``exc`` naming ``path`` when the call that raised it had none to give (``os.write``
+    on a full disk), so a message says where space ran out."""
+    if exc.filename is None:
+        exc.filename = str(path)
+    return exc
 
 LEDGER_VERSION = 1
 
@@ -38,6 +70,7 @@ _COUNTERS = (
     "tokens_in",
     "tokens_out",
     "cost_unknown_calls",
+    "cost_bounded_calls",
     "batches",
     "runs",
 )
@@ -52,6 +85,7 @@ _ATTEMPT_COUNTERS = (
     "tokens_out",
     "cost_usd",
     "cost_unknown_calls",
+    "cost_bounded_calls",
     "wall_s",
 )
 #: The outcome an attempt records at its checkpoints while it runs; an attempt
@@ -81,6 +115,9 @@ class Ledger:
     cost_usd: float = 0.0
     #: Calls with no price: when > 0, ``cost_usd`` is a lower bound.
     cost_unknown_calls: int = 0
+    #: Answers whose reply reported no token usage, counted in ``cost_usd`` at the
+    #: estimate's upper bound for their request (``pricing.call_cost_bound``).
+    cost_bounded_calls: int = 0
     wall_s: float = 0.0
     batches: int = 0
     #: How many runner invocations this ledger covers (reruns of one job add up).
@@ -112,12 +149,16 @@ class Ledger:
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
+                fh.write("\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)  # a half-written temporary only takes space
+            raise named(exc, target) from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "Ledger":
@@ -222,20 +263,23 @@ class AttemptLog:
         self.path = Path(path)
 
     def append(
-        self, ledger: Ledger, *, attempt: str, outcome: str = RUNNING, started: str = "", at: str | None = None
+        self,
+        ledger: Ledger,
+        *,
+        attempt: str,
+        outcome: str = RUNNING,
+        started: str = "",
+        at: str | None = None,
+        detail: str = "",
     ) -> None:
         """``at``: when the counts were taken (now, unless a later attempt corrects an
-        earlier one's record)."""
+        earlier one's record). ``detail``: why an attempt stopped on purpose, as its
+        message said it (no request or reply text), for the run's closing summary."""
         record = {k: v for k, v in ledger.to_dict().items() if k != "attempts"}
         record.update(attempt=attempt, started=started, at=at or utc_now_iso(), outcome=outcome)
-        line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if detail:
+            record["detail"] = detail
+        append_line(self.path, json.dumps(record, sort_keys=True), fsync=True)
 
     def previous(self) -> list[dict[str, Any]]:
         """The last record of each attempt in the log, oldest attempt first."""
@@ -279,65 +323,210 @@ class RunBudget:
     What was paid is read from the attempts logs of every shard under ``attempts_root``
     (``results/ledgers/.attempts``), the last record of each attempt: they hold every
     attempt's spending, finished, failed, killed or still running (a running attempt
-    logs at each checkpoint), and, unlike the ledgers, Snakemake never deletes them. The
-    attempt asking (``exclude_attempt``) counts with its live ledger instead of its last
-    checkpoint. Other jobs' spending is read again at most every ``refresh_s`` seconds, so
-    parallel jobs each see the others' spending up to their last checkpoint and
-    ``refresh_s`` late: the run can pass the budget by what is in flight meanwhile (at
-    most each job's concurrency in calls), never by a new batch.
+    logs at each checkpoint), and, unlike the ledgers, Snakemake never deletes them.
 
-    Calls of a model without a known price add nothing: the run's start refuses a budget
-    whose estimate has an unpriced hosted model (``context_effects.costs``), and the shipped price
-    table (``llm/costs.yaml``) prices the paper config's hosted models.
+    Jobs running at once share the budget through reservations (:meth:`reserve`): before
+    it sends a batch, a job takes the run's budget lock, counts what every other attempt
+    has paid or holds reserved, and reserves for the calls it is about to send their upper
+    bound (``pricing.call_cost_bound``: the estimate's prompt tokens, ``max_tokens`` of
+    output), as many calls as fit in what is left. So jobs never send together more than
+    the budget holds: the run passes it only by what calls cost above their bound (none,
+    while the bound holds) — the slack docs/costs.md states. A call whose reply reports no
+    token usage is counted at that bound. A reservation is settled to what was actually
+    paid after each batch and dropped when the attempt ends; one left by a killed job
+    counts until its process is gone (checked on the same host) or, elsewhere, until the
+    attempt's shard is answered again.
+
+    ``prices`` (``model_id -> price``) and ``factor`` (a Batch API's discount) price the
+    bounds; a model without a price reserves nothing (the run's start refuses a budget
+    whose estimate has an unpriced hosted model, ``context_effects.costs``). A budget of 0
+    allows no paid call and stops nothing that costs nothing.
     """
+
+    #: Beside the attempts logs: the lock every reservation is made under, and the
+    #: reservations of the attempts running now.
+    LOCK = "budget.lock"
+    RESERVATIONS = "budget-reservations.json"
 
     def __init__(
         self,
         limit_usd: float,
         attempts_root: str | os.PathLike[str],
         *,
+        prices: Mapping[str, Mapping[str, float]] | None = None,
+        factor: float = 1.0,
         exclude_attempt: str | None = None,
+        shard: str | None = None,
         refresh_s: float = 5.0,
     ) -> None:
         if limit_usd < 0:
             raise ValueError(f"budget must be >= 0 USD, got {limit_usd}")
         self.limit_usd = float(limit_usd)
         self.root = Path(attempts_root)
+        self.prices = {k: dict(v) for k, v in (prices or {}).items()}
+        self.factor = float(factor)
         self.exclude_attempt = exclude_attempt
+        self.shard = shard
         self.refresh_s = refresh_s
         self._elsewhere: float | None = None
         self._read_at = 0.0
 
-    def for_attempt(self, attempt: str) -> "RunBudget":
-        """The same budget, seen from one answering attempt (its live ledger counts)."""
-        return RunBudget(self.limit_usd, self.root, exclude_attempt=attempt, refresh_s=self.refresh_s)
+    def for_attempt(self, attempt: str, shard: str | None = None) -> "RunBudget":
+        """The same budget, seen from one answering attempt (its live ledger counts) at
+        ``shard`` (its attempts log)."""
+        return RunBudget(self.limit_usd, self.root, prices=self.prices, factor=self.factor,
+                         exclude_attempt=attempt, shard=shard, refresh_s=self.refresh_s)
 
-    def spent_elsewhere(self) -> float:
-        """USD every other attempt in the run has paid, as its attempts log says."""
+    def bound(self, request: Any) -> float | None:
+        """The most one call of ``request`` costs (``pricing.call_cost_bound``), or ``None``
+        for a model without a price."""
+        from context_effects.llm.pricing import call_cost_bound
+
+        price = self.prices.get(request.model.model_id)
+        return None if price is None else call_cost_bound(request, price, self.factor)
+
+    def spent_elsewhere(self, fresh: bool = False) -> float:
+        """USD every other attempt in the run has paid or holds reserved."""
         now = time.monotonic()
-        if self._elsewhere is None or now - self._read_at >= self.refresh_s:
-            self._elsewhere = paid_in_logs(self.root, exclude_attempt=self.exclude_attempt)
+        if fresh or self._elsewhere is None or now - self._read_at >= self.refresh_s:
+            self._elsewhere = self._committed_elsewhere(self._reservations())
             self._read_at = now
         return self._elsewhere
 
-    def spent(self, live: Ledger | None = None) -> float:
-        return self.spent_elsewhere() + (live.cost_usd if live is not None else 0.0)
+    def spent(self, live: Ledger | None = None, fresh: bool = False) -> float:
+        return self.spent_elsewhere(fresh) + (live.cost_usd if live is not None else 0.0)
 
     def reached(self, live: Ledger | None = None) -> bool:
-        return self.spent(live) >= self.limit_usd
+        # Nothing paid reaches nothing: a budget of 0 stops paid calls, not free ones.
+        spent = self.spent(live)
+        return spent > 0 and spent >= self.limit_usd
+
+    # ------------------------------------------------------------ reservations
+
+    def reserve(self, live: Ledger, requests: Sequence[Any]) -> tuple[int, bool]:
+        """``(n, wait)``: this attempt may send the first ``n`` of ``requests`` now. Under the
+        run's budget lock, as many as fit at their bound in what neither this attempt
+        (``live``) nor any other has paid or reserved; those are reserved for it. With
+        ``n == 0``, ``wait`` says whether other attempts' reservations (not their payments)
+        hold what the next call needs: they are settled after each of their batches, so
+        the caller waits and asks again; otherwise the budget is spent."""
+        with self._locked():
+            held = self._reservations()
+            committed = self._committed_elsewhere(held)
+            left = self.limit_usd - committed - live.cost_usd
+            n, total = 0, 0.0
+            for req in requests:
+                cost = self.bound(req) or 0.0
+                if total + cost > left + 1e-12:
+                    break
+                total += cost
+                n += 1
+            if self.exclude_attempt is not None:
+                if self.shard is not None:
+                    # One process answers a shard at a time (its lock): an earlier attempt
+                    # at it, killed on another host, holds nothing any more.
+                    held = {a: e for a, e in held.items() if a == self.exclude_attempt or e.get("shard") != self.shard}
+                held[self.exclude_attempt] = {"reserved_usd": live.cost_usd + total, "shard": self.shard,
+                                              "host": socket.gethostname(), "pid": os.getpid()}
+                self._write_reservations(held)
+            wait = False
+            if n == 0 and requests:
+                paid_only = self.limit_usd - self._committed_elsewhere({}) - live.cost_usd
+                wait = paid_only >= (self.bound(requests[0]) or 0.0)
+        self._elsewhere = None
+        return n, wait
+
+    def settle(self, live: Ledger) -> None:
+        """This attempt's reservation is what it has paid: the unused rest is freed."""
+        self._update(live.cost_usd)
+
+    def release(self) -> None:
+        """The attempt has ended (its attempts log holds what it paid): no reservation."""
+        self._update(None)
+
+    def _update(self, reserved: float | None) -> None:
+        if self.exclude_attempt is None or not self.root.is_dir():
+            return
+        with self._locked():
+            held = self._reservations()
+            if reserved is None:
+                if held.pop(self.exclude_attempt, None) is None:
+                    return
+            elif self.exclude_attempt in held:
+                held[self.exclude_attempt]["reserved_usd"] = reserved
+            else:
+                return
+            self._write_reservations(held)
+
+    def _committed_elsewhere(self, held: Mapping[str, Mapping[str, Any]]) -> float:
+        paid = paid_by_attempt(self.root)
+        total = 0.0
+        for attempt in set(paid) | set(held):
+            if attempt == self.exclude_attempt:
+                continue
+            entry = held.get(attempt)
+            reserved = float(entry.get("reserved_usd") or 0.0) if entry and _holder_alive(entry) else 0.0
+            total += max(paid.get(attempt, 0.0), reserved)
+        return total
+
+    def _reservations(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads((self.root / self.RESERVATIONS).read_text(encoding="utf-8"))
+        except (FileNotFoundError, ValueError):
+            return {}
+        return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+    def _write_reservations(self, held: Mapping[str, Any]) -> None:
+        path = self.root / self.RESERVATIONS
+        tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+        try:
+            tmp.write_text(json.dumps(held, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise named(exc, path) from None
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / self.LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _holder_alive(entry: Mapping[str, Any]) -> bool:
+    """A reservation counts while its process may still send: always, unless it was made
+    on this host by a process that is gone."""
+    if entry.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(entry.get("pid") or 0), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, OverflowError):
+        return True
+    return True
+
+
+def paid_by_attempt(root: str | os.PathLike[str]) -> dict[str, float]:
+    """USD paid by each attempt recorded in the attempts logs under ``root`` (the last
+    record of each attempt)."""
+    paid: dict[str, float] = {}
+    base = Path(root)
+    if not base.is_dir():
+        return paid
+    for path in sorted(base.rglob("*.jsonl")):
+        if path.name.endswith(".answers.jsonl"):
+            continue  # an answer journal beside its log, not an attempts log
+        for rec in AttemptLog(path).previous():
+            paid[str(rec["attempt"])] = float(rec.get("cost_usd") or 0.0)
+    return paid
 
 
 def paid_in_logs(root: str | os.PathLike[str], *, exclude_attempt: str | None = None) -> float:
     """USD paid by every attempt recorded in the attempts logs under ``root`` (the last
     record of each attempt; ``exclude_attempt`` left out)."""
-    total = 0.0
-    base = Path(root)
-    if not base.is_dir():
-        return 0.0
-    for path in sorted(base.rglob("*.jsonl")):
-        if path.name.endswith(".answers.jsonl"):
-            continue  # an answer journal beside its log, not an attempts log
-        for rec in AttemptLog(path).previous():
-            if rec.get("attempt") != exclude_attempt:
-                total += float(rec.get("cost_usd") or 0.0)
-    return total
+    return sum(usd for attempt, usd in paid_by_attempt(root).items() if attempt != exclude_attempt)

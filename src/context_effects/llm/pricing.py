@@ -12,6 +12,7 @@ from), else nowhere: unknown.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,9 @@ from typing import Any
 import yaml
 
 PRICE_FIELDS = ("input_per_mtok", "output_per_mtok")
+#: Characters per token of the prompt estimate: no tokenizer of the hosted models is
+#: available offline, and four characters per token is the usual rule for English text.
+CHARS_PER_TOKEN = 4
 #: Prices of hosted models and the GPU throughput assumption (docs/costs.md).
 COSTS = Path(__file__).with_name("costs.yaml")
 #: Backends that bill per token (the others run on hardware the run holds).
@@ -113,3 +117,20 @@ def batch_factor(cfg: Mapping[str, Any]) -> float:
     if cfg.get("use_batch_api"):
         return BATCH_DISCOUNT.get(str(cfg.get("backend", "")), 1.0)
     return 1.0
+
+
+def prompt_tokens_bound(request: Any) -> int:
+    """The estimate's prompt tokens of one request: characters / ``CHARS_PER_TOKEN``."""
+    return math.ceil(sum(len(text) for _, text in request.messages) / CHARS_PER_TOKEN)
+
+
+def call_cost_bound(request: Any, price: Mapping[str, float], factor: float = 1.0) -> float:
+    """What one call of ``request`` costs at most, as the estimate counts it (docs/costs.md):
+    its prompt tokens estimated, its output at ``max_tokens`` (which also bounds a reasoning
+    model's hidden reasoning), at ``price`` times ``factor`` (a Batch API's discount).
+
+    A reservation of the run's budget holds this much for a call until its answer says what
+    it cost; an answer whose reply reports no token usage is counted at it."""
+    tokens_out = int(request.sampling.max_tokens)
+    usd = prompt_tokens_bound(request) * float(price["input_per_mtok"]) + tokens_out * float(price["output_per_mtok"])
+    return usd / 1_000_000 * factor

@@ -34,6 +34,7 @@ accounting, so never-pay-twice and resume are implemented once:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -44,8 +45,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from context_effects.llm.backends.base import Backend
-from context_effects.llm.ledger import Ledger, RunBudget
-from context_effects.llm.pricing import estimate_cost
+from context_effects.llm.ledger import Ledger, RunBudget, append_line, named
+from context_effects.llm.pricing import call_cost_bound, estimate_cost
 from context_effects.llm.replies import BUDGET_EXHAUSTED, ReplyPolicy, accept_any, no_answer_reason
 from context_effects.llm.secrets import redact
 from context_effects.llm.store.responses import ResponseStore
@@ -129,6 +130,31 @@ def run_budget_message(budget: RunBudget, spent: float, calls: int, model_name: 
     )
 
 
+class WriteFailed(RuntimeError):
+    """A file the job keeps its answers or its account in could not be written (a full
+    disk, a quota), or has too little free space to send more (checked before each batch).
+
+    Nothing more was sent; the calls in flight came back and their answers went to the
+    store before anything else was tried (``stored`` says whether that write worked), so
+    a rerun pays for none of them again. ``path`` is where writing failed.
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike[str], stored: bool = True) -> None:
+        super().__init__(message)
+        self.path = Path(path)
+        self.stored = stored
+
+
+def write_failed_message(path: str | os.PathLike[str], error: OSError | str, calls: int) -> str:
+    """Why the job stopped writing, where, and how to go on."""
+    return (
+        f"cannot write {path}: {error.strerror if isinstance(error, OSError) and error.strerror else error}. "
+        f"Stopped sending after {calls} calls this attempt; the calls in flight came back and every answer "
+        "received is in the response store. Free space there (or move results/ to a larger disk) and rerun: "
+        "stored answers are not paid again, and the next attempt counts this one's calls."
+    )
+
+
 class StopRequested(Exception):
     """``run_requests`` stopped early because its ``stop`` event was set.
 
@@ -156,11 +182,17 @@ class AnswerJournal:
         self._fd: int | None = None
 
     def append(self, res: LLMResult, req: LLMRequest) -> None:
-        if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        line = json.dumps(result_to_row(res, req), sort_keys=True, ensure_ascii=False) + "\n"
-        os.write(self._fd, line.encode("utf-8"))
+        line = (json.dumps(result_to_row(res, req), sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            written = os.write(self._fd, line)
+        except OSError as exc:
+            raise named(exc, self.path) from None
+        if written != len(line):
+            why = f"{os.strerror(errno.ENOSPC)} (an answer was journaled only in part)"
+            raise OSError(errno.ENOSPC, why, str(self.path))
 
     def clear(self) -> None:
         """Everything journaled is in a segment now."""
@@ -178,13 +210,7 @@ class AnswerJournal:
         Written just before each line of the attempts log, so the journal itself says
         which of its answers a checkpoint already counted (see :meth:`uncounted`).
         """
-        line = json.dumps({"checkpoint": attempt, "calls": int(calls)}, sort_keys=True) + "\n"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode("utf-8"))
-        finally:
-            os.close(fd)
+        append_line(self.path, json.dumps({"checkpoint": attempt, "calls": int(calls)}, sort_keys=True))
 
     def uncounted(self) -> tuple[str | None, int, int]:
         """(the attempt of the last mark or ``None``, the calls that mark counted, the
@@ -264,13 +290,25 @@ class _Writer:
         self.journal = journal
         self.pending: list[tuple[LLMResult, LLMRequest]] = []
         self.since: float | None = None
+        #: The first write that failed (ledger, attempts log, journal): from then on the
+        #: runner sends nothing more and stores what comes back.
+        self.failed: OSError | None = None
+
+    def fail(self, exc: OSError) -> None:
+        if self.failed is None:
+            self.failed = exc
+            log.error("%s; sending nothing more, storing the answers of the calls in flight", exc)
 
     def add(self, res: LLMResult, req: LLMRequest) -> None:
-        if self.journal is not None:
-            self.journal.append(res, req)
+        # Held in memory first: whatever fails to write next, a paid answer reaches the store.
+        self.pending.append((res, req))
         if self.since is None:
             self.since = time.monotonic()
-        self.pending.append((res, req))
+        if self.journal is not None and self.failed is None:
+            try:
+                self.journal.append(res, req)
+            except OSError as exc:
+                self.fail(exc)
         self.due()
 
     def due(self) -> None:
@@ -283,14 +321,32 @@ class _Writer:
             self.flush()
 
     def flush(self) -> None:
-        self.checkpoint()
+        try:
+            self.checkpoint()
+        except OSError as exc:
+            # The account could not be written: the answers still go to the store (they
+            # are paid for), and the job stops (``failed``) and records its calls later.
+            self.fail(exc)
         if self.pending:
-            self.store.put_batch([res for res, _ in self.pending], [req for _, req in self.pending])
+            try:
+                self.store.put_batch([res for res, _ in self.pending], [req for _, req in self.pending])
+            except OSError as exc:
+                self.fail(exc)
+                kept = f"the journal {self.journal.path}" if self.journal is not None else "no file"
+                raise WriteFailed(
+                    f"cannot write the response store ({exc}): {len(self.pending)} answers received are not "
+                    f"stored; {kept} holds those it could write, and the next attempt stores them before it "
+                    "asks anything. Free space where the store is and rerun.",
+                    exc.filename or getattr(self.store, "root", "?"), stored=False,
+                ) from None
             # Cleared only once written: a write cut short is tried again by the caller's finally.
             self.pending.clear()
             self.since = None
-            if self.journal is not None:
-                self.journal.clear()
+            if self.journal is not None and self.failed is None:
+                try:
+                    self.journal.clear()
+                except OSError as exc:
+                    self.fail(exc)
 
 def invalid_reason(result: LLMResult) -> str | None:
     """The validation reason of a final miss, or ``None`` for anything else."""
@@ -424,29 +480,11 @@ def _duration(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}"
 
 
-#: Under a budget, the first batch of an attempt that streams its calls is this small:
-#: its cost per call sizes every later batch (``budgeted_batch``).
-BUDGET_PROBE = 1
-
-
-def budgeted_batch(budget: RunBudget, led: Ledger, calls_before: int, batch_size: int, backend: Backend) -> int:
-    """How many requests the next batch may hold under the run's budget.
-
-    A backend sends the calls of a batch faster than their answers are counted, so a
-    stop at the budget alone could let several more calls out. Batches are therefore
-    sized to what is left of the budget at this attempt's mean cost per call: the run
-    passes its budget by about one call, plus what other jobs have in flight. Until a
-    call of this attempt has a price, one call is sent to learn it (a Batch API job,
-    whose round trip takes minutes to hours, is not probed: its first batch is full).
-    """
-    calls = led.calls - calls_before
-    if calls <= 0:
-        return batch_size if getattr(backend, "use_batch_api", False) else min(batch_size, BUDGET_PROBE)
-    if led.cost_usd <= 0:
-        return batch_size  # its calls cost nothing that is known: the budget cannot size them
-    per_call = led.cost_usd / calls
-    left = budget.limit_usd - budget.spent(led)
-    return max(1, min(batch_size, int(left // per_call)))
+#: How long a job waits before it asks again for budget that other jobs hold reserved.
+BUDGET_WAIT_S = 0.25
+#: ... and for how long at most: a reservation of a job killed on another host is held
+#: until that shard is answered again.
+BUDGET_WAIT_MAX_S = 600.0
 
 
 def run_requests(
@@ -467,6 +505,7 @@ def run_requests(
     journal: str | os.PathLike[str] | None = None,
     model_name: str | None = None,
     budget: RunBudget | None = None,
+    check_space: Callable[[], None] | None = None,
 ) -> list[LLMResult]:
     """Answer ``requests`` (results in the same order), calling ``backend`` only for store misses.
 
@@ -483,7 +522,16 @@ def run_requests(
     arrives; answers an earlier, killed run journaled are stored before anything is
     asked (:class:`AnswerJournal`). ``model_name``: the model's name under ``models:``,
     for the message of :class:`OutputBudgetExhausted`. ``budget``: the run's spending
-    limit (:class:`BudgetReached`); this call's ``ledger`` counts as live spending.
+    limit (:class:`BudgetReached`); this call's ``ledger`` counts as live spending, and
+    every batch is reserved from it before it is sent (``RunBudget.reserve``).
+    ``check_space()``: raises :class:`WriteFailed` when too little space is left where the
+    job writes; called before each batch is sent. A write that fails while answers arrive
+    (the ledger, ``on_checkpoint``'s log, the journal) stops the sending too: the calls in
+    flight come back, their answers are stored, and :class:`WriteFailed` is raised.
+
+    A reply that reports no token usage is counted in the ledger at its request's upper
+    bound (``pricing.call_cost_bound``, from ``price_table`` or the backend's ``prices``)
+    and in ``Ledger.cost_bounded_calls``; the log says so once.
     """
     requests = list(requests)
     if batch_size < 1:
@@ -521,6 +569,10 @@ def run_requests(
         answer_journal.recover(store)
     bar = _Progress(len(items), backend.name or type(backend).__name__, progress, backend)
     tokens_out_this_run = 0
+    prices = price_table if price_table is not None else getattr(backend, "prices", None) or {}
+    # A Batch API bills at its discount; its answers' bounds are priced the same way.
+    price_factor = float(getattr(backend, "batch_discount", 1.0)) if getattr(backend, "use_batch_api", False) else 1.0
+    bounded_warned = False
 
     def checkpoint() -> None:
         led.wall_s = wall_at_start + (time.monotonic() - started)
@@ -543,13 +595,27 @@ def run_requests(
     if incremental and flush_interval_s is not None:
         heartbeat_s = min(max(flush_interval_s / 4, 0.01), 1.0)
 
-    def account(res: LLMResult) -> None:
-        nonlocal tokens_out_this_run
+    def account(res: LLMResult, req: LLMRequest) -> None:
+        nonlocal tokens_out_this_run, bounded_warned
         led.calls += 1
         led.tokens_in += res.tokens_in or 0
         led.tokens_out += res.tokens_out or 0
         tokens_out_this_run += res.tokens_out or 0
-        if res.cost_usd is None:
+        price = prices.get(req.model.model_id)
+        if res.cost_usd is None and res.ok and price is not None:
+            # Paid, at a known price, but the reply did not say for how many tokens: counted
+            # at the most it can have cost, never at 0 (a budget would not see it).
+            bound = call_cost_bound(req, price, price_factor)
+            led.cost_usd += bound
+            led.cost_bounded_calls += 1
+            if not bounded_warned:
+                bounded_warned = True
+                log.warning(
+                    "%s: a reply reported no token usage; each such call is counted at its upper bound "
+                    "(prompt characters / 4 tokens, max_tokens of output; $%.6f for this one) in the ledger "
+                    "(cost_bounded_calls) and against run.budget_usd", model_name or req.model.model_id, bound,
+                )
+        elif res.cost_usd is None:
             led.cost_unknown_calls += 1
         else:
             led.cost_usd += res.cost_usd
@@ -568,7 +634,16 @@ def run_requests(
 
     def stop_for_run_budget() -> BudgetReached:
         assert budget is not None
-        return BudgetReached(run_budget_message(budget, budget.spent(led), led.calls - calls_before, model_name))
+        return BudgetReached(
+            run_budget_message(budget, budget.spent(led, fresh=True), led.calls - calls_before, model_name)
+        )
+
+    def stop_for_write() -> WriteFailed:
+        assert writer.failed is not None
+        where = writer.failed.filename or "?"
+        return WriteFailed(write_failed_message(where, writer.failed, led.calls - calls_before), where)
+
+    write_stop = False
 
     # Replies empty at the output budget, and the other replies that came back.
     exhausted: list[LLMRequest] = []
@@ -634,9 +709,28 @@ def run_requests(
             while sent_upto < len(miss_keys):
                 if stopping():
                     raise StopRequested("stopped before sending the next batch; every answer received is stored")
+                if writer.failed is not None:
+                    raise stop_for_write()
+                if check_space is not None:
+                    check_space()
                 if over_budget():
                     raise stop_for_run_budget()
-                size = batch_size if budget is None else budgeted_batch(budget, led, calls_before, batch_size, backend)
+                size = batch_size
+                if budget is not None:
+                    ahead = [current[misses[k][0]] for k in miss_keys[sent_upto : sent_upto + batch_size]]
+                    size, wait = budget.reserve(led, ahead)
+                    waited_from = time.monotonic()
+                    while size == 0 and wait and not stopping() and time.monotonic() - waited_from < BUDGET_WAIT_MAX_S:
+                        # Other jobs hold what is left for calls in flight: it comes back
+                        # (settled to what they paid) when their batches end.
+                        time.sleep(BUDGET_WAIT_S)
+                        size, wait = budget.reserve(led, ahead)
+                    if stopping():
+                        raise StopRequested(
+                            "stopped while waiting for the run's budget; every answer received is stored"
+                        )
+                    if size == 0:
+                        raise stop_for_run_budget()
                 chunk = miss_keys[sent_upto : sent_upto + size]
                 sent_upto += len(chunk)
                 batch = [current[misses[k][0]] for k in chunk]
@@ -661,7 +755,7 @@ def run_requests(
                         if res.cost_usd is None and price_table is not None and res.ok:
                             res.cost_usd = estimate_cost(req.model.model_id, res.tokens_in, res.tokens_out, price_table)
                         got[res.key] = res
-                        account(res)
+                        account(res, req)
                         if res.ok:
                             writer.add(res, req)
                         bar.arrived(led, tokens_out_this_run)
@@ -675,6 +769,9 @@ def run_requests(
                         if not run_budget_stop and over_budget():
                             run_budget_stop = True
                             backend.request_stop()
+                        if not write_stop and writer.failed is not None:
+                            write_stop = True
+                            backend.request_stop()
                 finally:
                     # Also when the backend raised or the job is being interrupted:
                     # cancel what is still running, then store whatever was
@@ -685,7 +782,11 @@ def run_requests(
                     backend.on_progress = None
                     led.batches += 1
                     writer.flush()
+                    if budget is not None:
+                        budget.settle(led)
                     bar.batch_done(led)
+                if writer.failed is not None:
+                    raise stop_for_write()
                 if budget_stop:
                     raise stop_for_budget()
                 if run_budget_stop:
@@ -710,8 +811,13 @@ def run_requests(
                 raise stop_for_run_budget()
     finally:
         bar.close()
-        checkpoint()
+        try:
+            checkpoint()
+        except OSError as exc:
+            writer.fail(exc)
         if answer_journal is not None:
             answer_journal.close()
+    if writer.failed is not None:
+        raise stop_for_write()
 
     return [final[req.key] for req in requests]

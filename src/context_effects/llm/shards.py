@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import shutil
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -33,8 +35,10 @@ from context_effects.llm.runner import (
     BudgetReached,
     OutputBudgetExhausted,
     StopRequested,
+    WriteFailed,
     invalid_reason,
     run_requests,
+    write_failed_message,
 )
 from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.store.rows import request_from_json, request_json, result_to_row
@@ -389,6 +393,60 @@ def read_response_shard(
     return requests, table
 
 
+#: Free space an answering job needs where it writes (the store, the ledgers, the
+#: attempts log, the responses) before it sends a batch: answers of a batch, its journal
+#: and its account are far smaller, so a job below it stops before paying for answers it
+#: might not be able to keep.
+MIN_FREE_BYTES = 64 * 2**20
+#: Space an answering attempt holds beside its attempts log (a file of this size) and
+#: gives up when a write there fails for lack of space, to record what it paid: the
+#: next attempt must count those calls.
+RESERVE_BYTES = 2**20
+
+
+def check_free_space(paths: Sequence[str | Path], min_free_bytes: int) -> None:
+    """Raise :class:`~context_effects.llm.runner.WriteFailed` naming the first of ``paths``
+    (or its nearest existing parent) with less than ``min_free_bytes`` free."""
+    for path in paths:
+        where = Path(path)
+        while not where.exists() and where != where.parent:
+            where = where.parent
+        free = shutil.disk_usage(where).free
+        if free < min_free_bytes:
+            raise WriteFailed(
+                f"{where} has {free / 2**20:,.1f} MiB free; an answering job needs at least "
+                f"{min_free_bytes / 2**20:,.1f} MiB where it writes before it sends a batch. Nothing more was "
+                "sent; every answer received is in the response store. Free space there (or move results/ to a "
+                "larger disk) and rerun: stored answers are not paid again.",
+                where,
+            )
+
+
+class _Reserve:
+    """``RESERVE_BYTES`` held in a file beside the attempts log while an attempt runs."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def take(self) -> None:
+        if self.size <= 0:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.posix_fallocate(fd, 0, self.size)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.give_up()
+            raise WriteFailed(write_failed_message(self.path, exc, 0), self.path) from None
+
+    def give_up(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
 def answer_journal_path(attempts_log: str | Path) -> Path:
     """Where an answering attempt journals each answer as it arrives (beside its
     attempts log, so also outside the job's declared outputs): see
@@ -428,6 +486,8 @@ def answer_shard(
     lock_wait_s: float | None = None,
     on_step: Callable[[str], None] | None = None,
     budget: RunBudget | None = None,
+    min_free_bytes: int = MIN_FREE_BYTES,
+    reserve_bytes: int = RESERVE_BYTES,
 ) -> Ledger:
     """Answer one shard; answers are in the store as they arrive, and a killed job's spending is kept.
 
@@ -452,21 +512,33 @@ def answer_shard(
     to raise. ``on_step(name)`` is called after each step of the shard's end
     (:data:`END_STEPS`). ``budget`` (``run.budget_usd``) stops sending once the whole
     run has paid it, raising :class:`~context_effects.llm.runner.BudgetReached`.
+
+    Before each batch, each place the job writes must have ``min_free_bytes`` free; a
+    write that fails on the way (a disk filling up) stops the sending, stores the answers
+    of the calls in flight first, then gives up the ``reserve_bytes`` the attempt holds
+    beside its attempts log to record what it paid, and raises
+    :class:`~context_effects.llm.runner.WriteFailed` naming the path.
     """
     requests, policy = read_request_shard(requests_path)
     reply_policy = resolve_policy(policy["reply_policy"], policy["policy_params"])
     log = AttemptLog(attempts_log if attempts_log is not None else default_attempts_log(ledger_path))
     journal = AnswerJournal(answer_journal_path(log.path))
     lock = ShardLock(shard_lock_path(log.path), requests_path, wait_s=lock_wait_s)
+    written = [store.root, log.path.parent, Path(ledger_path).parent, Path(responses_path).parent]
+    check_free_space(written, min_free_bytes)
     lock.acquire({"host": socket.gethostname(), "pid": os.getpid(), "shard": str(requests_path)})
+    reserve = _Reserve(log.path.with_name(f"{log.path.stem}.reserve"), reserve_bytes)
     try:
+        reserve.take()
         return _answer_locked(
             requests, policy, reply_policy, requests_path, responses_path, ledger_path, backend, store, log, journal,
             batch_size=batch_size, progress=progress, flush_every=flush_every,
             flush_interval_s=flush_interval_s, stop_grace_s=stop_grace_s, handle_signals=handle_signals,
             model_name=model_name, on_step=on_step or (lambda step: None), budget=budget,
+            check_space=lambda: check_free_space(written, min_free_bytes), reserve=reserve,
         )
     finally:
+        reserve.give_up()
         lock.release()
 
 
@@ -491,6 +563,8 @@ def _answer_locked(
     model_name: str | None,
     on_step: Callable[[str], None],
     budget: RunBudget | None = None,
+    check_space: Callable[[], None] | None = None,
+    reserve: _Reserve | None = None,
 ) -> Ledger:
     """``answer_shard`` once this process holds the shard's lock."""
     # Only the lock holder may take a journal for a killed attempt's.
@@ -499,14 +573,15 @@ def _answer_locked(
     attempt = f"{started}-{socket.gethostname()}-{os.getpid()}"
     ledger = Ledger(job=str(requests_path), backend=backend.name)
 
-    def record(outcome: str) -> None:
+    def record(outcome: str, detail: str = "") -> None:
         journal.mark(attempt, ledger.calls)  # before the log line: see _credit_journaled_calls
-        log.append(ledger, attempt=attempt, outcome=outcome, started=started)
+        log.append(ledger, attempt=attempt, outcome=outcome, started=started, detail=detail)
 
     # Recorded before the first call, so an attempt killed before its first
     # checkpoint still counts as an attempt.
     record(RUNNING)
     stop = threading.Event()
+    run_budget = budget.for_attempt(attempt, shard=str(log.path)) if budget is not None else None
     with _StopOnSignal(stop, backend, stop_grace_s, handle_signals) as signals:
         try:
             results = run_requests(
@@ -525,7 +600,8 @@ def _answer_locked(
                 journal=journal.path,
                 model_name=model_name,
                 # This attempt counts with its live ledger, not its last checkpoint in the log.
-                budget=budget.for_attempt(attempt) if budget is not None else None,
+                budget=run_budget,
+                check_space=check_space,
             )
         except StopRequested as exc:
             record(f"interrupted by {signals.name} after the calls in flight came back: {exc}")
@@ -533,15 +609,21 @@ def _answer_locked(
         except JobInterrupted as exc:
             record(f"interrupted by {exc}")
             raise
-        except OutputBudgetExhausted:
-            record("stopped: replies empty at the output budget")
+        except OutputBudgetExhausted as exc:
+            record("stopped: replies empty at the output budget", str(exc))
             raise
-        except BudgetReached:
-            record("stopped: the run's budget (run.budget_usd) reached")
+        except BudgetReached as exc:
+            record("stopped: the run's budget (run.budget_usd) reached", str(exc))
+            raise
+        except WriteFailed as exc:
+            _record_after_write_failure(exc, record, journal, reserve, ledger)
             raise
         except BaseException as exc:
             record(f"failed: {type(exc).__name__}")
             raise
+        finally:
+            if run_budget is not None:
+                run_budget.release()
     on_step("answered")
     final = ledger.folded(previous, attempt=attempt, outcome="completed", started=started)
     # A failed call (not an invalid reply) must not become a finished output:
@@ -579,6 +661,52 @@ def _answer_locked(
     return final
 
 
+def _record_after_write_failure(
+    exc: WriteFailed, record: Callable[[str], None], journal: AnswerJournal, reserve: _Reserve | None, ledger: Ledger
+) -> None:
+    """Record what an attempt stopped by a failed write paid, in the space it held for it.
+
+    With every answer in the store the journal is of no use any more, and it alone could
+    make the next attempt count answers twice (after a mark it failed to write): it goes
+    too, freeing its space. Should the record still fail, the log of the job says what
+    was paid, and the next attempt counts at least the calls the last record has."""
+    if reserve is not None:
+        reserve.give_up()
+    if exc.stored:
+        journal.close()
+        journal.path.unlink(missing_ok=True)
+    try:
+        record(f"stopped: cannot write {exc.path}", str(exc))
+    except OSError as again:
+        log.error(
+            "could not record this attempt's account either (%s): it paid %d calls, $%.6f; the next attempt "
+            "counts at least the calls of its last record", again, ledger.calls, ledger.cost_usd,
+        )
+
+
+def stopped_attempts(attempts_root: str | Path, since: str) -> list[str]:
+    """One line per answering attempt under ``attempts_root`` that ended at or after
+    ``since`` (UTC ISO) without completing, newest last: the shard (its attempts log,
+    relative to the root) and why, as the attempt recorded it. What a run's closing
+    summary prints, so that the cause of a stopped job is the line a user sees first,
+    not only in its log."""
+    root = Path(attempts_root)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in root.rglob("*.jsonl"):
+        if path.name.endswith(".answers.jsonl"):
+            continue
+        for rec in AttemptLog(path).previous():
+            outcome = str(rec.get("outcome") or "")
+            if outcome in ("", RUNNING, "completed") or str(rec.get("at") or "") < since:
+                continue
+            shard = path.relative_to(root).with_suffix("")
+            why = str(rec.get("detail") or outcome)
+            found.append((str(rec.get("at")), f"{shard}: {why}"))
+    return [line for _, line in sorted(found)]
+
+
 def _credit_journaled_calls(log: AttemptLog, journal: AnswerJournal, store: ResponseStore) -> list[dict[str, Any]]:
     """The earlier attempts' last records, a killed attempt's calls after its last
     checkpoint counted in; the journaled answers are moved into the store.
@@ -609,6 +737,7 @@ def _credit_journaled_calls(log: AttemptLog, journal: AnswerJournal, store: Resp
                 outcome=target.get("outcome") or RUNNING,
                 started=target.get("started", ""),
                 at=target.get("at"),
+                detail=str(target.get("detail") or ""),
             )
     journal.recover(store)
     return previous

@@ -11,7 +11,8 @@ previous one, so the import time is not paid inside each kill-and-rerun.
 stopping ``snakemake`` would. Log records (a wait for another process's shard lock)
 go to stderr.
 
-Exit status: 0 when the shard is answered, 128 + signal number when the job stopped
+Exit status: 0 when the shard is answered, 3 when a write failed (``WriteFailed``: a full
+disk), 128 + signal number when the job stopped
 on SIGTERM/SIGINT after storing what it had received (the status a shell gives a
 process killed by that signal), -15 when killed at ``--signal-at``.
 """
@@ -62,10 +63,13 @@ def main() -> None:
     ap.add_argument("--flush-every", type=int, default=16)
     ap.add_argument("--flush-interval", type=float, default=0.5)
     ap.add_argument("--signal-at", default=None)
+    ap.add_argument("--min-free-bytes", type=int, default=None)
+    ap.add_argument("--reserve-bytes", type=int, default=None)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
 
     from context_effects.llm.backends.openai_api import OpenAIBackend
+    from context_effects.llm.runner import WriteFailed
     from context_effects.llm.shards import END_STEPS, JobInterrupted, answer_shard
     from context_effects.llm.store.responses import ResponseStore
 
@@ -102,7 +106,12 @@ def main() -> None:
                 flush_every=args.flush_every,
                 flush_interval_s=args.flush_interval,
                 on_step=on_step,
+                **{k: v for k, v in (("min_free_bytes", args.min_free_bytes), ("reserve_bytes", args.reserve_bytes))
+                   if v is not None},
             )
+    except WriteFailed as exc:
+        print(f"write failed: {exc}", file=sys.stderr, flush=True)
+        sys.exit(3)
     except JobInterrupted as exc:
         print(f"interrupted: {exc}", file=sys.stderr, flush=True)
         # The store, the ledger and the attempts log are fsynced by now; skipping the

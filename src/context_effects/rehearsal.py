@@ -446,7 +446,9 @@ AMEL_UNPLANTED = {
         "not plantable with Figure 14's d: a single-call mean |BS| carries the baseline's own sampling "
         "noise in both polarities, so at Figure 14's d the pooled ratio of mean |BS| stays below about "
         "1.22 at any asymmetry; the ratio of mean BS is planted at 1.62 instead (docs/rehearsal.md)"),
-    ("amel/asymmetry", "t"): "a test statistic: it grows with the items, which the rehearsal cuts to 20 per domain",
+    ("amel/asymmetry", "d_z"): (
+        "the asymmetry's paired effect size: its pairs' spread carries each model's single-call noise, which "
+        "the rehearsal does not plant (the ratio of mean BS is planted at 1.62)"),
     ("amel/asymmetry", "p"): "a test statistic: it falls with the items, which the rehearsal cuts to 20 per domain",
     ("amel/asymmetry", "n_pairs"): "a count of the design: the rehearsal asks 20 items per domain",
     ("amel/effects", "p"): "a test statistic: it falls with the items, which the rehearsal cuts to 20 per domain",

@@ -21,7 +21,9 @@ Three rules hold for every table:
   probabilities, the models with logprobs), the secondary analyses.
 * The unit of replication: for ``single_call`` the row (one outcome per model x
   item x cell), as the seed's overall d and its p < 10^-46 need (about 7,000
-  units for 2,481 items; ``docs/deviations.yaml``, amel-calls-per-cell); for the
+  units for 2,481 items; ``docs/deviations.yaml``, amel-calls-per-cell), with the
+  intervals of the mean and of d resampling items (the rows of an item share it and
+  its baseline reply: ``stats.cluster_bootstrap``); for the
   secondary methods the item, whose rows within a comparison (its k's,
   polarities, positions) are averaged before a test, so ``n`` counts items and
   ``n_rows`` the rows behind them. Paired designs (the negativity asymmetry, the
@@ -145,9 +147,13 @@ def _welch_row(scope: str, group: str, w: dict[str, Any], **labels: Any) -> dict
 
 
 def _effect_row(scope: str, group: str, rows: pd.DataFrame, **extra: Any) -> dict[str, Any]:
-    """One-sample statistics of ``rows``' bias scores in the method's unit (``unit_values``)."""
+    """One-sample statistics of ``rows``' bias scores in the method's unit (``unit_values``);
+    where that unit is the row, the intervals resample items (``stats.cluster_bootstrap``)."""
     means = unit_values(rows)
-    s = stats.one_sample(means["bs"])
+    clusters = None
+    if len(means) and (means["n_rows"] <= 1).all() and means.duplicated(UNIT).any():
+        clusters = means[UNIT].astype(str).agg("|".join, axis=1).to_numpy()
+    s = stats.one_sample(means["bs"], clusters=clusters)
     return {
         "scope": scope,
         "group": group,
@@ -235,6 +241,10 @@ def _asymmetry_row(scope: str, group: str, pairs: pd.DataFrame, **extra: Any) ->
         "ratio_abs_ci_high": a_hi,
         "t": p["t"],
         "p": p["p"],
+        # d_z = t / sqrt(n), with the exact interval of a one-sample d of the pair differences:
+        # the asymmetry's size without its n, which t alone grows with.
+        "d_z": p["d_z"],
+        **dict(zip(("d_z_ci_low", "d_z_ci_high"), stats.d_interval(p["d_z"], p["n"]))),
     }
 
 

@@ -11,7 +11,11 @@ Conventions (stated because the seed paper does not spell them out):
   d_z = mean(diff) / sd(diff).
 * Confidence intervals of means are t intervals (default 95%). The interval of a
   one-sample d is the exact one of the noncentral t (:func:`d_interval`); the interval
-  of a ratio of two paired means is Fieller's (:func:`fieller_ratio`).
+  of a ratio of two paired means is Fieller's (:func:`fieller_ratio`). Where the values
+  are rows that share an item (its history lengths and polarities answer one item, and
+  each row's bias score shares the item's baseline reply), the intervals of the mean and
+  of d resample items instead (:func:`cluster_bootstrap`): the item is the unit of
+  independent replication, whatever the correlation of its rows.
 * The unit of every test is the item (model x domain x item): repeated rows of
   one item (its k's, polarities, positions) are averaged before a test
   (``context_effects.amel.analysis``), and the OLS slope of BS on k, which
@@ -92,9 +96,57 @@ def d_interval(d: float, n: int, level: float = 0.95) -> tuple[float, float]:
     return bound(1.0 - alpha) / math.sqrt(n), bound(alpha) / math.sqrt(n)
 
 
-def one_sample(x: Any, level: float = 0.95) -> dict[str, float]:
+#: Resamples of the item bootstrap, and its seed (an interval is a function of its data).
+BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_SEED = 20260522
+
+
+def cluster_bootstrap(x: Any, clusters: Any, level: float = 0.95,
+                      resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, float]:
+    """Percentile intervals of the mean and of Cohen's d = mean / sd of the values ``x``,
+    resampling whole clusters (items) with replacement: each resample weights every
+    cluster by how often it was drawn, and its mean and SD are those of the rows so
+    weighted. Keys ``ci_low``/``ci_high`` (the mean's), ``d_ci_low``/``d_ci_high``."""
+    a = np.asarray(x, dtype=float)
+    keep = np.isfinite(a)
+    a = a[keep]
+    labels = pd_codes(np.asarray(clusters, dtype=object)[keep])
+    out = {"ci_low": NAN, "ci_high": NAN, "d_ci_low": NAN, "d_ci_high": NAN}
+    n_clusters = int(labels.max()) + 1 if len(labels) else 0
+    if n_clusters < 2 or len(a) < 2:
+        return out
+    count = np.bincount(labels, minlength=n_clusters).astype(float)
+    total = np.bincount(labels, weights=a, minlength=n_clusters)
+    squares = np.bincount(labels, weights=a * a, minlength=n_clusters)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    alpha = (1.0 - level) / 2.0
+    means, ds = [], []
+    for start in range(0, resamples, 500):
+        draws = rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=min(500, resamples - start))
+        n = draws @ count
+        mean = (draws @ total) / n
+        var = (draws @ squares - n * mean * mean) / np.maximum(n - 1.0, 1.0)
+        sd = np.sqrt(np.clip(var, 0.0, None))
+        means.append(mean)
+        ds.append(np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), np.nan))
+    m, d = np.concatenate(means), np.concatenate(ds)
+    out["ci_low"], out["ci_high"] = (float(v) for v in np.quantile(m, [alpha, 1.0 - alpha]))
+    d = d[np.isfinite(d)]
+    if len(d):
+        out["d_ci_low"], out["d_ci_high"] = (float(v) for v in np.quantile(d, [alpha, 1.0 - alpha]))
+    return out
+
+
+def pd_codes(values: np.ndarray) -> np.ndarray:
+    """Integer codes 0..k-1 of the distinct ``values`` (any hashable labels)."""
+    _, codes = np.unique(values.astype(str), return_inverse=True)
+    return codes.astype(np.int64)
+
+
+def one_sample(x: Any, level: float = 0.95, clusters: Any = None) -> dict[str, float]:
     """n, mean, CI, sd, Cohen's d (mean / sd) with its exact CI (:func:`d_interval`) and
-    the one-sample t-test against 0."""
+    the one-sample t-test against 0. With ``clusters`` (the item of each value), the
+    intervals of the mean and of d are the item bootstrap's (:func:`cluster_bootstrap`)."""
     a = _clean(x)
     m, lo, hi = mean_ci(a, level)
     out = {"n": len(a), "mean": m, "ci_low": lo, "ci_high": hi, "sd": NAN, "d": NAN, "d_ci_low": NAN,
@@ -107,6 +159,10 @@ def one_sample(x: Any, level: float = 0.95) -> dict[str, float]:
             d = m / sd
             d_lo, d_hi = d_interval(d, len(a), level)
             out.update(d=d, d_ci_low=d_lo, d_ci_high=d_hi, t=float(res.statistic), p=float(res.pvalue))
+    if clusters is not None and len(a) >= 2:
+        finite = np.isfinite(np.asarray(x, dtype=float))
+        out.update(cluster_bootstrap(np.asarray(x, dtype=float)[finite], np.asarray(clusters, dtype=object)[finite],
+                                     level))
     return out
 
 

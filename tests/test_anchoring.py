@@ -305,6 +305,8 @@ def small_tasks(repo, tmp_path):
 
 
 def test_requests_keep_every_condition_identical_but_the_history(small_tasks):
+    from context_effects.anchoring.requests import judgment_seed
+
     reqs = judge_requests(small_tasks, "sim", SIM, SETTINGS)
     assert len(reqs) == len(small_tasks) * 3 * 2
     assert sorted(r.meta["order"] for r in reqs) == list(range(len(reqs)))
@@ -314,7 +316,9 @@ def test_requests_keep_every_condition_identical_but_the_history(small_tasks):
         assert [role for role, _ in r.messages] == ["system", "user"]
         assert r.messages[0] == ("system", prompts.SYSTEM_PROMPT)
         assert (r.model, r.output_schema, r.mode) == (reqs[0].model, reqs[0].output_schema, "chat")
-        assert r.sample_index == r.meta["repetition"] and r.sampling.seed == 7 + r.meta["repetition"]
+        m = r.meta
+        assert r.sample_index == m["repetition"]
+        assert r.sampling.seed == judgment_seed(7, "sim", m["task_id"], m["condition"], m["repetition"])
         assert dataclasses.replace(r.sampling, seed=None) == dataclasses.replace(reqs[0].sampling, seed=None)
         if r.meta["condition"] == "blind":
             blind[r.meta["task_id"], r.meta["repetition"]] = r.messages[1][1]
@@ -358,21 +362,42 @@ def test_repetitions_are_distinct_requests_with_distinct_seeds_recorded_per_row(
         cells.setdefault((r.meta["task_id"], r.meta["condition"]), []).append(r)
     for reps in cells.values():
         assert len({r.key for r in reps}) == 3  # a repetition is its own request, never a cache hit
-        assert sorted(r.sampling.seed for r in reps) == [7, 8, 9]
+        assert len({r.sampling.seed for r in reps}) == 3
         assert {r.sampling.temperature for r in reps} == {1.0}
-    # The same repetition has the same seed in every condition (paired draws).
-    by_rep = {}
-    for r in reqs:
-        by_rep.setdefault(r.meta["repetition"], set()).add(r.sampling.seed)
-    assert by_rep == {0: {7}, 1: {8}, 2: {9}}
     # Recorded per judgment row.
     rows = pd.DataFrame([{"text": '{"score": 3}', "ok": True, "key": r.key} for r in reqs])
     j = judgments_frame(reqs, rows)
-    assert (j["sampling_seed"] == 7 + j["repetition"]).all() and (j["temperature"] == 1.0).all()
+    assert j["sampling_seed"].tolist() == [r.sampling.seed for r in reqs] and (j["temperature"] == 1.0).all()
     assert (j["top_p"] == 1.0).all() and j["key"].is_unique
     # The paper config samples (temperature > 0), so the spread across repetitions is sampling variation.
     paper = validate_config(load_config(repo / "config" / "config.yaml"))["anchoring"]
     assert paper["repetitions"] >= 3 and paper["temperature"] > 0 and paper["top_p"] == 1.0
+
+
+def test_every_judgment_is_its_own_draw_not_paired_across_conditions(small_tasks):
+    """vLLM seeds a generator per request (docs/llm-layer.md, "Sampling seeds"), so judgments
+    sharing a seed share their noise. Each judgment's seed is a hash of the run seed and its
+    judge, task, condition and repetition: a task's three conditions in one repetition, two
+    tasks, and two judges never share one; the same run rebuilt gives the same seeds."""
+    from context_effects.llm.seeds import SEED_BITS
+
+    settings = {**SETTINGS, "repetitions": 3, "temperature": 1.0}
+    reqs = judge_requests(small_tasks, "sim", SIM, settings)
+    seeds = {(r.meta["task_id"], r.meta["condition"], r.meta["repetition"]): r.sampling.seed for r in reqs}
+    assert len(set(seeds.values())) == len(seeds) == len(small_tasks) * 3 * 3
+    task, other = sorted(small_tasks["task_id"])[:2]
+    assert len({seeds[(task, c, 0)] for c in prompts.CONDITIONS}) == 3  # not paired across conditions
+    assert seeds[(task, "blind", 0)] != seeds[(other, "blind", 0)]
+    assert all(0 <= v < 2**SEED_BITS for v in seeds.values())
+    assert [r.sampling.seed for r in judge_requests(small_tasks, "sim", SIM, settings)] == list(seeds.values())
+    for changed in (judge_requests(small_tasks, "other", SIM, settings),
+                    judge_requests(small_tasks, "sim", SIM, {**settings, "seed": 8})):
+        assert not {r.sampling.seed for r in changed} & set(seeds.values())
+    # The run's protocol check takes judgments with seeds of their own.
+    check_run(reqs, small_tasks, 3)
+    # A judge whose API takes no seed (llm/capabilities.py) is sent none.
+    claude = {"backend": "anthropic", "model_id": "claude-x"}
+    assert {r.sampling.seed for r in judge_requests(small_tasks, "claude", claude, settings)} == {None}
 
 
 def test_paper_config_pins_every_local_judge_to_a_hub_commit(repo):

@@ -11,6 +11,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from context_effects import dag
+from context_effects.anchoring.requests import judgment_seed
 from context_effects.anchoring.results import result_record
 from context_effects.anchoring.scoring import dumps
 from context_effects.config import validate_config
@@ -97,7 +98,8 @@ def test_synthetic_run_recovers_the_planted_pull(workdir):
         assert rec["settings"]["repetitions"] == REPS and rec["settings"]["temperature"] == 1.0
         # Each judgment row records its sampling seed and settings; repetitions differ in both seed and key.
         js = pd.DataFrame(rec["judgments"])
-        assert (js["sampling_seed"] == 42 + js["repetition"]).all() and (js["temperature"] == 1.0).all()
+        own = [judgment_seed(42, judge, j.task_id, j.condition, j.repetition) for j in js.itertuples()]
+        assert js["sampling_seed"].tolist() == own and (js["temperature"] == 1.0).all()
         assert (js.groupby(["task_id", "condition"])["key"].nunique() == REPS).all()
         assert rec["settings"]["templates"]["version"] and rec["settings"]["output_schema"]["required"] == ["score"]
         assert len(rec["judgments"]) == len(tasks) * 3 * REPS

@@ -80,6 +80,50 @@ def test_labelled_and_deterministic():
     assert one(SyntheticBackend(model_name=MODEL, seed=8), r).text != a1.text
 
 
+def test_a_seeded_sampled_request_draws_its_noise_from_its_seed_alone_as_on_vllm():
+    """vLLM seeds a generator per request from its seed alone (docs/llm-layer.md, "Sampling
+    seeds"), and so does the synthetic backend: equal seeds draw equal noise whatever the
+    prompt, other seeds and unseeded requests draw independently, and a greedy request's
+    reply, which the seed does not touch on vLLM, follows its prompt."""
+    from context_effects.amel.synthetic import amel_p_yes
+
+    b = SyntheticBackend(model_name=MODEL, seed=4)
+    item = next(f"it{i}" for i in range(200) if 0.4 < amel_p_yes(b, f"it{i}") < 0.6)
+    p = amel_p_yes(b, item)
+    meta = amel_meta(item, "baseline")
+    hot = lambda seed: Sampling(temperature=1.0, max_tokens=4, seed=seed)  # noqa: E731
+    n = 2000
+
+    def agreement(first, second, n=n):
+        same = [one(b, first(i)).text == one(b, second(i)).text for i in range(n)]
+        assert all(t in ("Yes", "No") for t in (one(b, first(0)).text, one(b, second(0)).text))
+        return float(np.mean(same))
+
+    # One seed, two prompts (and sample indices): the same uniform, so the same answer at one planted p.
+    assert agreement(lambda i: req(meta, f"prompt a {i}", sampling=hot(i)),
+                     lambda i: req(meta, f"prompt b {i}", sample_index=1, sampling=hot(i)), 500) == 1.0
+    # The same noise stream whatever the study or the planted probability.
+    r1 = req(amel_meta("it1", "no_saturated", 5), "one prompt", sampling=hot(99))
+    r2 = req({"study": "anchoring", "task_id": "t", "condition": "blind", "gold_score": 3}, "another",
+             sampling=dataclasses.replace(hot(99), temperature=None))
+    assert b.noise_rng(r1).random(8).tolist() == b.noise_rng(r2).random(8).tolist()
+    # Independent draws: the agreement of two independent answers at P(Yes) = p, not 1.
+    independent = p * p + (1 - p) * (1 - p)
+    other_seeds = agreement(lambda i: req(meta, f"prompt {i}", sampling=hot(2 * i)),
+                            lambda i: req(meta, f"prompt {i}", sampling=hot(2 * i + 1)))
+    unseeded = agreement(lambda i: req(meta, f"prompt a {i}", sampling=hot(None)),
+                         lambda i: req(meta, f"prompt b {i}", sampling=hot(None)))
+    greedy = agreement(lambda i: req(meta, f"prompt a {i}", sampling=dataclasses.replace(hot(i), temperature=0.0)),
+                       lambda i: req(meta, f"prompt b {i}", sampling=dataclasses.replace(hot(i), temperature=0.0)))
+    for value in (other_seeds, unseeded, greedy):
+        assert value == pytest.approx(independent, abs=4 * math.sqrt(independent * (1 - independent) / n))
+    # Reproducible, and another world (``sampling.synthetic_seed``) draws other noise for the same seed.
+    r = req(meta, "x", sampling=hot(5))
+    assert one(SyntheticBackend(model_name=MODEL, seed=4), r) == one(b, r)
+    worlds = [SyntheticBackend(model_name=MODEL, seed=w).noise_rng(r).random() for w in range(4)]
+    assert len(set(worlds)) == 4
+
+
 def test_unknown_params_rejected():
     with pytest.raises(ValueError, match=r"unknown synthetic params: \['gama'\].*allowed:.*'gamma'"):
         SyntheticBackend(model_name=MODEL, params={"gama": 0.1})

@@ -8,7 +8,12 @@ Every comparison uses one measurement for all of its models, so there are two:
   cell (``sample_index`` 0..n-1) at temperature 1, each reply parsed as
   Yes/No; P(Yes) is the share of Yes among the parsed replies. The seed's
   headline counts are answers to API calls, and every roster model can give
-  them (Anthropic's API ignores the temperature: the record says so).
+  them (Anthropic's API ignores the temperature: the record says so). Each
+  sampled request carries its own seed, a hash of ``amel.seed`` and its model,
+  domain, item, cell and sample index (``sample_seed``): vLLM seeds a generator
+  per request, so requests sharing a seed share their noise, and with one seed
+  per sample index the single call (sample 0) of every cell would be one
+  threshold on P(Yes) per model, not a draw (docs/llm-layer.md, "Sampling seeds").
 * ``first_token`` (the secondary analysis, the seed's logprobs figure): one
   greedy request per cell with ``max_tokens = 1`` and probe tokens Yes/No (and
   their lower-case forms), only for models whose capability profile says
@@ -33,6 +38,7 @@ model means one model load per model for the whole study.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +49,7 @@ from context_effects.amel.design import Cell, DomainItems, as_transcript, build_
 from context_effects.amel.items import read_domain_items
 from context_effects.llm.capabilities import conform_sampling, profile
 from context_effects.llm.factory import model_ref
+from context_effects.llm.seeds import request_seed
 from context_effects.llm.shards import write_request_shard
 from context_effects.llm.types import LLMRequest, Sampling
 
@@ -104,6 +111,14 @@ def cell_meta(
     return meta
 
 
+def sample_seed(run_seed: int, model_name: str, domain: str, item_id: str, cell: Cell, index: int) -> int:
+    """The sampling seed of one sampled request: its own, from the run seed and the request's
+    identity (``llm.seeds``), so that every cell, item and sample is an independent draw,
+    as the seed's API calls were, on an engine that seeds each request's generator
+    (docs/llm-layer.md, "Sampling seeds")."""
+    return request_seed(run_seed, "amel", PRIMARY_METHOD, model_name, domain, item_id, cell.label, index)
+
+
 def domain_requests(
     items: pd.DataFrame,
     model_name: str,
@@ -123,14 +138,13 @@ def domain_requests(
     for method in methods_for(amel_cfg, logprobs):
         # Built to the model's capability profile: the store key holds what is sent.
         if method == SECONDARY_METHOD:
+            # Greedy, and read as probabilities: the seed draws nothing, so one serves every cell.
             asked = Sampling(temperature=0.0, max_tokens=1, seed=seed, probe_tokens=PROBE_TOKENS)
             samplings.append((method, 0, conform_sampling(asked, model_cfg, model_name)))
         else:
-            samplings += [
-                (method, i, conform_sampling(Sampling(temperature=SAMPLE_TEMPERATURE, max_tokens=SAMPLE_MAX_TOKENS,
-                                                      seed=seed + i), model_cfg, model_name))
-                for i in range(int(amel_cfg["n_samples"]))
-            ]
+            asked = Sampling(temperature=SAMPLE_TEMPERATURE, max_tokens=SAMPLE_MAX_TOKENS, seed=seed)
+            sampled = conform_sampling(asked, model_cfg, model_name)
+            samplings += [(method, i, sampled) for i in range(int(amel_cfg["n_samples"]))]
     cells = design_cells(amel_cfg)
     domain = DomainItems(items)
     share = float(amel_cfg["saturation_share"])
@@ -143,6 +157,10 @@ def domain_requests(
             if mode == "completion":
                 messages = (("user", as_transcript(messages)),)
             for method, index, sampling in samplings:
+                if method == PRIMARY_METHOD and sampling.seed is not None:
+                    sampling = dataclasses.replace(
+                        sampling, seed=sample_seed(seed, model_name, item["domain"], item["item_id"], cell, index)
+                    )
                 requests.append(
                     LLMRequest(
                         model=ref,

@@ -6,10 +6,14 @@
   decoding settings, output schema and mode are the same for every request of a
   run; within a task the answer, rubric and output instruction are the same in
   all three conditions (only the history block differs, see ``prompts``).
-* **Repetitions.** ``sample_index`` = repetition, and the sampling seed is
-  ``seed + repetition``: a repetition is a new request (new cache key) and a new
-  draw from the model's distribution, reproducible on engines that honour
-  per-request seeds; the same repetition uses the same seed in every condition.
+* **Repetitions.** ``sample_index`` = repetition: a repetition is a new request
+  (new cache key) and a new draw from the model's distribution. Every judgment
+  has its own sampling seed, a hash of ``seed`` and its judge, task, condition
+  and repetition (``judgment_seed``), reproducible on engines that honour
+  per-request seeds. vLLM seeds a generator per request, so judgments sharing a
+  seed share their noise: one seed per repetition would pair each task's three
+  conditions on one draw, where the protocol's judgments are independent calls
+  (docs/llm-layer.md, "Sampling seeds").
   The paper config samples at temperature 1 and top_p 1 (the model's own
   distribution, no truncation), so the spread across repetitions is sampling
   variation; at temperature 0 a deterministic engine would return one draw
@@ -37,20 +41,29 @@ from context_effects.anchoring.judging import SCORE_SCHEMA
 from context_effects.anchoring.prompts import CONDITIONS, SYSTEM_PROMPT, TEMPLATE_VERSION, render_user
 from context_effects.llm.capabilities import conform_sampling
 from context_effects.llm.factory import model_ref
+from context_effects.llm.seeds import request_seed
 from context_effects.llm.shards import write_request_shard
 from context_effects.llm.types import LLMRequest, Sampling
 
 STUDY = "anchoring"
 
 
-def sampling_for(settings: Mapping[str, Any], repetition: int, model_cfg: Mapping[str, Any]) -> Sampling:
-    """The repetition's sampling as sent to the model (its capability profile, ``llm.capabilities``)."""
+def judgment_seed(seed: int, judge: str, task_id: str, condition: str, repetition: int) -> int:
+    """The sampling seed of one judgment: its own, from the run seed and the judgment's identity (``llm.seeds``)."""
+    return request_seed(seed, STUDY, judge, task_id, condition, repetition)
+
+
+def sampling_for(
+    settings: Mapping[str, Any], model_cfg: Mapping[str, Any], *, judge: str, task_id: str, condition: str,
+    repetition: int,
+) -> Sampling:
+    """The judgment's sampling as sent to the model (its capability profile, ``llm.capabilities``)."""
     return conform_sampling(
         Sampling(
             temperature=float(settings["temperature"]),
             top_p=float(settings["top_p"]),
             max_tokens=int(settings["max_tokens"]),
-            seed=int(settings["seed"]) + int(repetition),
+            seed=judgment_seed(int(settings["seed"]), judge, task_id, condition, repetition),
         ),
         model_cfg,
     )
@@ -105,7 +118,8 @@ def judge_requests(
             LLMRequest(
                 model=ref,
                 messages=(("system", SYSTEM_PROMPT), ("user", user)),
-                sampling=sampling_for(settings, rep, model_cfg),
+                sampling=sampling_for(settings, model_cfg, judge=judge, task_id=t["task_id"], condition=cond,
+                                      repetition=rep),
                 output_schema=SCORE_SCHEMA,
                 sample_index=rep,
                 mode="chat",

@@ -67,8 +67,9 @@ TASK_SAMPLING = (
 )
 
 REPETITION_RULE = (
-    "repetition r is its own request (sample_index r) with sampling seed = seed + r, the same in every "
-    "condition; the temperature and top_p are recorded per judgment"
+    "repetition r is its own request (sample_index r); every judgment has its own sampling seed, sha256 of the "
+    "run seed, judge, task, condition and repetition (31 bits), so no two judgments share a draw; the seed, "
+    "temperature and top_p are recorded per judgment"
 )
 
 

@@ -158,14 +158,10 @@ def check_run(requests: Sequence[LLMRequest], tasks: pd.DataFrame, repetitions: 
             raise ValueError(f"{where}: system prompt differs within the run")
         if (req.model, req.output_schema, req.mode) != (first.model, first.output_schema, first.mode):
             raise ValueError(f"{where}: model, output schema or mode differs within the run")
+        # Not the seed: each judgment has its own (``requests.judgment_seed``), an independent draw.
         s, f = req.sampling, first.sampling
         if (s.temperature, s.top_p, s.max_tokens, s.logprobs) != (f.temperature, f.top_p, f.max_tokens, f.logprobs):
             raise ValueError(f"{where}: decoding settings differ within the run")
-    by_rep: dict[int, set] = {}
-    for req in requests:
-        by_rep.setdefault(req.meta["repetition"], set()).add(req.sampling.seed)
-    if any(len(v) != 1 for v in by_rep.values()):
-        raise ValueError("a repetition uses different sampling seeds in different conditions")
     cells = [(r.meta["task_id"], r.meta["condition"], r.meta["repetition"]) for r in requests]
     expected = {(t, c, k) for t in tasks["task_id"] for c in CONDITIONS for k in range(repetitions)}
     if len(cells) != len(set(cells)) or set(cells) != expected:

@@ -23,18 +23,36 @@ result. Each study's simulated model lives in its own package, listed in
 
 Determinism
 -----------
-All randomness of one request comes from ``numpy.random.default_rng`` seeded by
-sha256 of ``(backend seed, request.key)``. A rerun is therefore identical, and a
-re-ask (``attempt + 1`` → new key) or another sample (``sample_index``) or another
-sampling seed gets fresh draws. Quantities that must be shared across requests
-are seeded (:func:`seeded`) by the backend seed and their own identity (the
-Study C trial baseline by item and generator, the AMEL item logit by model and
-item, the Study H task bias by model and task).
-A workflow run builds every synthetic model with the seed ``sampling.synthetic_seed``
-(default 0; ``llm.factory``): another value is another draw of the same world.
+All randomness of one request (its *noise*: the uniform that decides a Yes, the
+normal added to a score or to an answer's quality) comes from one
+``numpy.random.default_rng`` (``SyntheticBackend.noise_rng``), seeded as a vLLM
+engine seeds a request's generator (docs/llm-layer.md, "Sampling seeds"):
 
-``temperature``/``top_p`` are ignored: the planted distributions *are* the
-simulated model's response distribution (the measurement-model noise).
+* a **seeded, sampled** request (``sampling.seed`` set, temperature not 0; None is
+  the provider's default of 1) draws from its sampling seed alone, with the
+  backend seed that names the world: sha256 of ``(backend seed, sampling seed)``.
+  Two such requests with one seed draw the same noise whatever their prompts or
+  sample index, as two requests with one seed do on vLLM, so a study that gives
+  many requests one seed shows it in a synthetic run;
+* any other request (no seed sent; or greedy, where vLLM ignores the seed and the
+  reply is a function of the prompt) draws from sha256 of ``(backend seed,
+  request.key)``, independently of every other request.
+
+A rerun is therefore identical. A re-ask (``attempt + 1`` → new key) or another
+sample (``sample_index``) gets fresh draws when unseeded or greedy, and when seeded
+only through another sampling seed (as on vLLM; Study C's re-asks raise the seed by
+one). The planted distributions are the same either way: only which stream of
+uniforms and normals a request reads depends on its seed. Quantities that must be
+shared across requests are seeded (:func:`seeded`) by the backend seed and their own
+identity (the Study C trial baseline by item and generator, the AMEL item logit by
+model and item, the Study H task bias by model and task).
+A workflow run builds every synthetic model with the seed ``sampling.synthetic_seed``
+(default 0; ``llm.factory``): another value is another draw of the same world, its
+noise included.
+
+``temperature``/``top_p`` do not change the planted distributions, which *are* the
+simulated model's response distribution (the measurement-model noise); a
+temperature of 0 only decides that the seed is not used (above).
 ``timestamp`` is left empty (the runner stamps it) so results are byte-for-byte
 reproducible. Latency and cost are 0; tokens are whitespace counts; a reply
 longer than ``max_tokens`` words is cut there (finish_reason "length").
@@ -330,6 +348,15 @@ class SyntheticBackend(Backend):
     def planted_effects(self) -> dict[str, Any]:
         return planted_effects(self.model_name, self.user_params)
 
+    def noise_rng(self, req: LLMRequest) -> np.random.Generator:
+        """The generator of ``req``'s noise (module docstring, "Determinism"): its sampling
+        seed's alone when it is seeded and sampled, else its key's. The backend seed
+        (``sampling.synthetic_seed``) enters both, so another world draws other noise."""
+        s = req.sampling
+        if s.seed is not None and s.temperature != 0:
+            return seeded("sampling-seed", self.seed, int(s.seed))
+        return seeded("request", self.seed, req.key)
+
     def run(self, requests: Sequence[LLMRequest]) -> Iterator[LLMResult]:
         for req in requests:
             yield self.answer(req)
@@ -345,8 +372,7 @@ class SyntheticBackend(Backend):
             if meta.get("study") is None:
                 raise MetaError(f"request meta is missing field(s) 'study' (one of {', '.join(STUDIES)})")
             study = choice(meta, "study", STUDIES, "synthetic backend")
-            rng = seeded("request", self.seed, req.key)
-            text, finish, extra = simulator(study).answer(self, req, meta, rng)
+            text, finish, extra = simulator(study).answer(self, req, meta, self.noise_rng(req))
         except MetaError as exc:
             return self._error(req, f"synthetic backend: {exc}")
         except Exception as exc:  # never raise for a single request

@@ -40,6 +40,11 @@ a number or a function of the prompt) are spent first and count against
 effort ``none`` (their default) spends no reasoning tokens and takes temperature,
 top_p and logprobs; any other effort makes them a reasoning model.
 
+``routed_models`` maps a requested model id to the id its replies are sent under: a
+provider that routes a retired alias to another model (Google's deprecated ids answered
+by a newer Flash), or an alias answered by a dated snapshot (``gpt-5-nano`` ->
+``gpt-5-nano-2025-08-07``), as the ``model`` field of every reply names it.
+
 ``hold_after=n`` answers the first ``n`` generation requests and holds every later
 one unanswered until :meth:`ProviderServer.release_held`, which drops them without
 a reply: a provider that never got to generate them, as when the client is killed
@@ -206,6 +211,8 @@ class ProviderServer:
         deprecated_models: dict[str, str] | None = None,
         # Anthropic ids whose model object says `thinking: disabled` is refused.
         thinking_always_on: tuple[str, ...] = (),
+        # Requested model id -> the id its replies name in `model` (routing, snapshots).
+        routed_models: dict[str, str] | None = None,
         # False: replies carry no token usage (as some OpenAI-compatible servers answer);
         # the calls are billed all the same (``usage_log``).
         report_usage: bool = True,
@@ -227,6 +234,7 @@ class ProviderServer:
         self.retired_models = tuple(retired_models)
         self.deprecated_models = dict(deprecated_models or {})
         self.thinking_always_on = tuple(thinking_always_on)
+        self.routed_models = dict(routed_models or {})
         self.report_usage = report_usage
         #: The usage of every generation answered, whether or not the reply carried it: the bill.
         self.usage_log: list[dict[str, Any]] = []
@@ -703,7 +711,8 @@ def _chat_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "created": int(time.time()),
         # Aliases answer under a dated snapshot, as the real API reports it.
-        "model": (f"{body.get('model')}-2026-08-07" if body.get("model") in p.reasoning_models
+        "model": (p.routed_models[body["model"]] if body.get("model") in p.routed_models
+                  else f"{body.get('model')}-2026-08-07" if body.get("model") in p.reasoning_models
                   else f"{body.get('model')}-2026-03-17" if body.get("model") in p.hybrid_models
                   else body.get("model")),
         "system_fingerprint": "fp_fake",
@@ -744,7 +753,7 @@ def _text_completion(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any]:
         "id": f"cmpl-{uuid.uuid4().hex[:12]}",
         "object": "text_completion",
         "created": int(time.time()),
-        "model": body.get("model"),
+        "model": p.routed_models.get(body.get("model"), body.get("model")),
         "system_fingerprint": "fp_fake",
         "choices": [{"index": 0, "text": "".join(tokens), "finish_reason": finish, "logprobs": logprobs}],
         "usage": {
@@ -765,7 +774,7 @@ def _anthropic_message(p: ProviderServer, body: dict[str, Any]) -> dict[str, Any
         "id": f"msg_{uuid.uuid4().hex[:16]}",
         "type": "message",
         "role": "assistant",
-        "model": body.get("model"),
+        "model": p.routed_models.get(body.get("model"), body.get("model")),
         # An empty reply is an empty content list, as the real API sends it.
         "content": [{"type": "text", "text": "".join(tokens)}] if tokens else [],
         "stop_reason": stop,

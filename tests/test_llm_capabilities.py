@@ -80,8 +80,26 @@ def test_every_paper_model_has_its_pinned_profile():
         assert (p["family"], *(p[k] for k in caps.KEYS)) == ROSTER[name], name
 
 
+def test_gpt5_nanos_stand_in_named_by_the_paper_config_has_a_profile_and_a_price_of_its_own():
+    """OpenAI shuts gpt-5-nano down on 2026-12-11; the paper config names gpt-5.4-nano as
+    the model_id to put in its place. Without an entry it fell to the openai-reasoning
+    fallback: forced reasoning at effort low, no temperature, a 2,048-token budget."""
+    from context_effects.llm.pricing import model_price
+
+    assert "#   model_id: gpt-5.4-nano\n" in (REPO / "config/config.yaml").read_text()
+    stand_in = {"backend": "openai", "model_id": "gpt-5.4-nano"}
+    assert (caps.profile(stand_in)["family"], *(caps.profile(stand_in)[k] for k in caps.KEYS)) == (
+        "gpt-5.4-nano", True, True, True, False, "none", None, 1)
+    # As Study A asks it (temperature 1, 4 tokens): sent as asked, at its API's default effort.
+    sent = caps.conform_sampling(Sampling(temperature=1.0, top_p=1.0, max_tokens=4, seed=7), stand_in)
+    assert (sent.temperature, sent.top_p, sent.max_tokens, sent.reasoning_effort) == (1.0, 1.0, 4, "none")
+    price, basis = model_price(stand_in)
+    assert price == {"input_per_mtok": 0.2, "output_per_mtok": 1.25} and basis.startswith("costs.yaml")
+
+
 @pytest.mark.parametrize("model_id, family", [
     ("gpt-5.4-mini", "gpt-5.4-mini"), ("gpt-5.4-mini-2026-03-17", "gpt-5.4-mini"),
+    ("gpt-5.4-nano", "gpt-5.4-nano"), ("gpt-5.4-nano-2026-03-17", "gpt-5.4-nano"),
     ("gpt-5.2", "gpt-5.2"), ("gpt-5.2-2025-12-11", "gpt-5.2"), ("gpt-5.1", "gpt-5.1"),
     ("gpt-5-nano", "gpt-5"), ("gpt-5-nano-2025-08-07", "gpt-5"), ("gpt-5", "gpt-5"), ("gpt-5-mini", "gpt-5"),
     # Ids without an entry of their own get the restrictive fallback, never a newer model's rules.

@@ -86,6 +86,9 @@ SPEED_SETTINGS: tuple[tuple[str, ...], ...] = (
     # A price changes what the ledger records a call cost, never the reply: a corrected
     # price must not rerun (or, where the store misses, pay for) any answering job.
     ("models", "*", "price"),
+    # The id expected to answer is what the preflight checks the reply's model against;
+    # nothing sent changes with it.
+    ("models", "*", "served_id"),
     ("models", "*", "engine", "gpu_memory_utilization"),
     ("models", "*", "engine", "tensor_parallel_size"),
     ("models", "*", "engine", "enforce_eager"),
@@ -291,19 +294,22 @@ def _answering_models(config: Config, workflow: Any = None) -> list[str]:
 
 def require_served_models(config: Config, workflow: Any = None) -> None:
     """Stop before any job starts if a hosted model the run's answering jobs call is not
-    served by its provider (``llm.preflight``): the error names each model, its config
-    key, the id and the provider's answer. Call it from ``onstart``, after the keys are
-    checked: a real run only, with the DAG built. Replay calls no provider, and
-    ``run.preflight: false`` skips the check."""
+    served by its provider, or is answered by another model than the one it names
+    (``llm.preflight``): the error names each model, its config key, the id and the
+    provider's answer (or the id that answered). Call it from ``onstart``, after the keys
+    are checked: a real run only, with the DAG built. Replay calls no provider, and
+    ``run.preflight: false`` skips the check (no request at all, the probes included)."""
     if config["run"]["replay"] or not config["run"]["preflight"]:
         return
     import logging
 
     from context_effects.llm.preflight import check_served
 
+    log = logging.getLogger("snakemake.logging")
     models = {m: config["models"][m] for m in _answering_models(config, workflow) if m in config["models"]}
-    for warning in check_served(models):
-        logging.getLogger("snakemake.logging").warning(f"Model check: {warning}")
+    # The probes are paid: what they cost is said whether or not the run goes on.
+    for warning in check_served(models, report=lambda cost: log.info(f"Model check: {cost}")):
+        log.warning(f"Model check: {warning}")
 
 
 def model_profiles(config: Config) -> str:

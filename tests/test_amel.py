@@ -281,6 +281,49 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     assert all(len(r.messages) == 1 and r.mode == "completion" for r in base)
 
 
+def test_every_sampled_request_has_its_own_seed_from_its_identity():
+    """vLLM seeds a generator per request (docs/llm-layer.md, "Sampling seeds"): requests
+    that share a seed share their noise. A cell's baseline and treated requests, two items
+    and two samples each have their own seed, a hash of amel.seed and the request's
+    identity: the same in every rebuild, within the range every engine takes."""
+    cfg = amel_config(history_lengths=[2, 4], n_samples=3)
+    items = select_items(sim_items(30), 5, seed=4)
+    qwen = cfg["models"]["qwen-sim"]
+    reqs = domain_requests(items, "qwen-sim", qwen, cfg["amel"], logprobs=True)
+    sampled = [r for r in reqs if r.meta["method"] == "samples"]
+    seeds = {(r.meta["item_id"], r.meta["cell"], r.sample_index): r.sampling.seed for r in sampled}
+    assert len(seeds) == len(sampled) == 5 * len(design_cells(cfg["amel"])) * 3
+    assert len(set(seeds.values())) == len(seeds)  # no two requests of the run share a draw
+    one, two = sorted({r.meta["item_id"] for r in sampled})[:2]
+    assert seeds[(one, "standard:baseline", 0)] != seeds[(one, "standard:no_saturated:k4", 0)]
+    assert seeds[(one, "standard:baseline", 0)] != seeds[(two, "standard:baseline", 0)]
+    assert seeds[(one, "standard:baseline", 0)] != seeds[(one, "standard:baseline", 1)]
+    from context_effects.amel.requests import sample_seed
+    from context_effects.llm.seeds import SEED_BITS, request_seed
+
+    assert all(0 <= v < 2**SEED_BITS for v in seeds.values()) and SEED_BITS == 31
+    # Derived from the identity alone: a rebuild gives the same seeds, another run seed or model others.
+    r = sampled[0]
+    cell = next(c for c in design_cells(cfg["amel"]) if c.label == r.meta["cell"])
+    assert r.sampling.seed == sample_seed(42, "qwen-sim", "sim", r.meta["item_id"], cell, r.sample_index)
+    assert [x.sampling.seed for x in domain_requests(items, "qwen-sim", qwen, cfg["amel"], logprobs=True)] == [
+        x.sampling.seed for x in reqs]
+    other_run = domain_requests(items, "qwen-sim", qwen, {**cfg["amel"], "seed": 43}, logprobs=True)
+    other_model = domain_requests(items, "other", qwen, cfg["amel"], logprobs=True)
+    for other in (other_run, other_model):
+        assert not {x.sampling.seed for x in other if x.meta["method"] == "samples"} & set(seeds.values())
+    # The derivation is pinned: changing it changes every key, so no stored answer is reused.
+    assert request_seed(42, "amel", "samples", "m", "d", "i", "standard:baseline", 0) == 1095626000
+    with pytest.raises(TypeError, match="strings and integers"):
+        request_seed(42, 1.5)
+    # The greedy first-token request draws nothing: it keeps the run seed. A model that takes
+    # no seed (llm/capabilities.py) is sent none.
+    assert {r.sampling.seed for r in reqs if r.meta["method"] == "first_token"} == {42}
+    claude = domain_requests(items, "claude", model_cfg(backend="anthropic", model_id="claude-x"), cfg["amel"],
+                             logprobs=False)
+    assert {r.sampling.seed for r in claude} == {None}
+
+
 def test_a_models_one_shard_holds_every_domain_in_order_each_sorted_for_prefix_reuse(tmp_path):
     """One shard per model (one model load for the study): the domains follow one another
     in the given order, each exactly its own prefix-sorted requests; nothing is lost."""
@@ -482,15 +525,20 @@ def test_tables_on_fixed_data_use_the_item_as_the_unit():
     assert sps.ttest_ind(a, b, equal_var=False).pvalue != pytest.approx(ref.pvalue)  # the readings differ
     assert cong.loc[("polarity", "yes", "congruent - incongruent"), "test"] == "Welch t"
     # The primary method (one call per cell, the seed's design) takes the row as the unit
-    # of its one-sample and between-group tests; its paired tests still pair within item.
+    # of its d; its test is clustered by item (an item's rows share it), and its paired
+    # tests still pair within item.
     single = bs.assign(method="single_call")
     both = analysis_table("effects", pd.concat([single, bs], ignore_index=True), {})
     assert both["method"].tolist()[0] == "single_call"
     row = both[(both["method"] == "single_call") & (both["scope"] == "overall")].iloc[0]
-    rows = np.concatenate([X, Y])
-    ref = sps.ttest_1samp(rows, 0)
-    assert row["n"] == 24 and row["n_rows"] == 24
-    assert (row["t"], row["p"], row["d"]) == pytest.approx((ref.statistic, ref.pvalue, rows.mean() / rows.std(ddof=1)))
+    s_rows = single[single["condition"].isin(["yes_saturated", "no_saturated"])]
+    rows = s_rows["bs"].to_numpy()
+    codes = np.unique(s_rows["item_id"].astype(str), return_inverse=True)[1]
+    ref = sm.OLS(rows, np.ones_like(rows)).fit(cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
+    assert row["n"] == 24 and row["n_rows"] == 24 and len(set(codes)) == 4
+    assert (row["t"], row["p"], row["d"]) == pytest.approx(
+        (ref.tvalues[0], ref.pvalues[0], rows.mean() / rows.std(ddof=1)))
+    assert row["p"] != pytest.approx(sps.ttest_1samp(rows, 0).pvalue)  # not the rows as independent
     asym_single = analysis_table("asymmetry", single, {}).set_index(["scope", "group"])
     assert asym_single.loc[("overall", "all"), "n_pairs"] == 4  # paired per item, as the seed's n = 2,481
 
@@ -587,6 +635,29 @@ def test_flat_k_and_sampled_probabilities(tmp_path):
     length = analysis_table("length", bs, cfg["amel"])
     for _, row in length[length["scope"] == "overall"].iterrows():
         assert row["slope_ci_low"] <= 0 <= row["slope_ci_high"], row["method"]
+
+
+def test_a_synthetic_models_single_calls_are_independent_draws_not_one_threshold(tmp_path):
+    """The synthetic backend draws a seeded request's noise from its seed alone, as vLLM does
+    (docs/llm-layer.md, "Sampling seeds"). Were the single call of every cell sent with one
+    seed, its answer would be Yes exactly where P(Yes) exceeds one shared uniform: the
+    cells answered Yes and those answered No would be split by one threshold on P(Yes).
+    With a seed of its own per request they are independent draws, and no threshold splits them."""
+    cfg = amel_config(history_lengths=[5, 20], positions=[], framing_swap=False, balanced_history_lengths=[],
+                      n_samples=2)
+    probs, _ = run_synthetic(tmp_path, cfg, select_items(sim_items(60), 30, seed=8))
+    exact = probs[probs["method"] == "first_token"].set_index(["item_id", "cell"])["p_yes"]
+    single = probs[probs["method"] == "single_call"].set_index(["item_id", "cell"])["p_yes"]
+    assert len(single) == len(exact) == 30 * 5 and set(single) == {0.0, 1.0}
+    p = exact.loc[single.index]
+    yes, no = p[single == 1.0], p[single == 0.0]
+    assert len(yes) and len(no)
+    assert no.max() > yes.min()  # not separable by one threshold
+    # Ranked by P(Yes), the Yes and No cells interleave (one threshold would give an AUC of
+    # exactly 1; this draw gives 0.95, half the items being near-deterministic).
+    auc = float(np.mean(yes.to_numpy()[:, None] > no.to_numpy()[None, :]))
+    assert auc < 0.99, auc
+    assert single.mean() == pytest.approx(p.mean(), abs=4 * math.sqrt(0.25 / len(p)))
 
 
 def test_every_registered_table_and_figure_is_written(tmp_path, monkeypatch):

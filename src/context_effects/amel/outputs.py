@@ -35,8 +35,10 @@ class Analysis:
 
 _COMMON = (
     "BS = P(r*|treatment) - P(r*|baseline), r* the verdict against the history's polarity; BS < 0 = conforming. "
-    "Tests use item means (n = items); pooled rows are of the seed's roster, extra models are marked; "
-    "method = samples (primary, every model) or first_token (secondary, models with logprobs)."
+    "method = single_call (primary: one call per cell, the first sampled reply), samples (every sampled reply) "
+    "or first_token (models with logprobs). Unit of a test: for single_call the row (n = rows: model x item x "
+    "cell), its intervals resampling items; for the others the item mean (n = items, n_rows behind them); "
+    "paired designs pair within item. Pooled rows are of the seed's roster, extra models are marked."
 )
 
 ANALYSES: dict[str, Analysis] = {

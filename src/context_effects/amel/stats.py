@@ -146,7 +146,8 @@ def pd_codes(values: np.ndarray) -> np.ndarray:
 def one_sample(x: Any, level: float = 0.95, clusters: Any = None) -> dict[str, float]:
     """n, mean, CI, sd, Cohen's d (mean / sd) with its exact CI (:func:`d_interval`) and
     the one-sample t-test against 0. With ``clusters`` (the item of each value), the
-    intervals of the mean and of d are the item bootstrap's (:func:`cluster_bootstrap`)."""
+    intervals of the mean and of d are the item bootstrap's (:func:`cluster_bootstrap`)
+    and the test is clustered by item (:func:`cluster_t`, which adds ``n_clusters``)."""
     a = _clean(x)
     m, lo, hi = mean_ci(a, level)
     out = {"n": len(a), "mean": m, "ci_low": lo, "ci_high": hi, "sd": NAN, "d": NAN, "d_ci_low": NAN,
@@ -161,8 +162,26 @@ def one_sample(x: Any, level: float = 0.95, clusters: Any = None) -> dict[str, f
             out.update(d=d, d_ci_low=d_lo, d_ci_high=d_hi, t=float(res.statistic), p=float(res.pvalue))
     if clusters is not None and len(a) >= 2:
         finite = np.isfinite(np.asarray(x, dtype=float))
-        out.update(cluster_bootstrap(np.asarray(x, dtype=float)[finite], np.asarray(clusters, dtype=object)[finite],
-                                     level))
+        groups = np.asarray(clusters, dtype=object)[finite]
+        out.update(cluster_bootstrap(a, groups, level))
+        out.update(cluster_t(a, groups))
+    return out
+
+
+def cluster_t(x: Any, clusters: Any) -> dict[str, float]:
+    """The one-sample t-test of ``x`` against 0 with a cluster-robust SE by ``clusters``
+    (statsmodels' intercept-only OLS, ``cov_type="cluster"``, t with clusters − 1 degrees
+    of freedom): ``t``, ``p`` and ``n_clusters``. With one value per cluster it is the
+    ordinary one-sample t-test."""
+    import statsmodels.api as sm
+
+    a = np.asarray(x, dtype=float)
+    codes = pd_codes(np.asarray(clusters, dtype=object))
+    out = {"t": NAN, "p": NAN, "n_clusters": int(codes.max()) + 1 if len(codes) else 0}
+    if out["n_clusters"] < 2 or a.std() == 0:
+        return out
+    fit = sm.OLS(a, np.ones_like(a)).fit(cov_type="cluster", cov_kwds={"groups": codes}, use_t=True)
+    out.update(t=float(fit.tvalues[0]), p=float(fit.pvalues[0]))
     return out
 
 

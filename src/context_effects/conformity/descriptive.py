@@ -6,9 +6,10 @@ Which ratings enter (stated once, used by every table here):
 * the **open judge panel** (``hosted == False``): hosted judges are an audit on a
   subset of the data and would change the mix of judges between datasets;
 * **blind** ratings of the **main corpus**, pooling both authority variants of a peer
-  arm as seed 002 does; Table 2 pools every execution (seed label) and prints the
-  primary execution alone as sensitivity rows (``table2``), the other tables take the
-  primary execution (the corpus of the primary analysis);
+  arm as seed 002 does; Table 2, Krippendorff's alpha and the flip share pool every
+  execution (seed label) and print the primary execution alone as sensitivity rows
+  (``by_executions``); Table 1's example and the rating figure take the primary
+  execution (docs/deviations.yaml#model-free-scope);
 * a missing rating (``status == "missing"``) is absent, never a score.
 
 The aggregations over ratings run in polars: each table reads only the columns it
@@ -235,14 +236,16 @@ def anchor_audit(ratings_by_dataset: Mapping[str, RatingsFrame]) -> pd.DataFrame
 # ------------------------------------------------------------ Krippendorff's α
 
 
-def blind_agreement(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
-    """Krippendorff's α of the blind panel (units = generated answers, coders = judges).
+def blind_agreement(ratings_by_dataset: Mapping[str, RatingsFrame], seed: int | None) -> pd.DataFrame:
+    """Krippendorff's α of the blind panel (units = generated answers, coders = judges)
+    over the ratings of execution ``seed`` (None: every execution pooled, each execution's
+    answers units of their own).
 
     Ordinal α is the primary number (the scale is a 5-point ordinal rating);
     interval α is reported beside it. α needs at least two judges: with one it is
     undefined and reported as NaN with the reason.
     """
-    frames = {d: _panel_blind_pl(r, primary_seed, ["judge", "answer_id", "rating"])
+    frames = {d: _panel_blind_pl(r, seed, ["judge", "answer_id", "rating"])
               for d, r in ratings_by_dataset.items()}
     frames["All"] = _pooled(frames)
     rows = []
@@ -263,6 +266,18 @@ def blind_agreement(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed
         )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def agreement_table(ratings_by_dataset: Mapping[str, RatingsFrame], primary_seed: int) -> pd.DataFrame:
+    """Krippendorff's α with every execution pooled (the rows compared with seed 002's
+    0.235), then over the primary execution alone, as Table 2 (``by_executions``).
+
+    Seed 002 prints no n for its α; App. A.5 counts 255,000 rating tasks = 147,000 blind
+    (the three executions' 144,000 answers and 3,000 anchors) + 108,000 informed (the
+    peer-presented 6 of 8), so every execution was rated blind by the panel, and each of
+    its model-free numbers that prints an n pools the executions
+    (docs/deviations.yaml#model-free-scope)."""
+    return by_executions(lambda seed: blind_agreement(ratings_by_dataset, seed), primary_seed)
 
 
 def _judge_by_answer(blind: pl.DataFrame) -> np.ndarray:
@@ -325,16 +340,18 @@ def answer_position(text: str, item: Mapping) -> str:
 def wrong_peer_revisions(
     answers: pd.DataFrame, ratings: pd.DataFrame, items: pd.DataFrame, primary_seed: int
 ) -> pd.DataFrame:
-    """Each all-wrong revision of the primary main corpus beside its Round-1 answer.
+    """Each all-wrong revision of the main corpus, every execution, beside its Round-1
+    answer of the same execution.
 
-    Columns: answer ids and texts, the flip indicator's positions and whether it
-    calls the revision unchanged, and mean blind panel ratings of both answers
-    (NaN when no judge rated one of them).
+    Columns: the execution (``seed``) and whether it is the primary one (``primary``),
+    answer ids and texts, the flip indicator's positions and whether it calls the
+    revision unchanged, and mean blind panel ratings of both answers (NaN when no judge
+    rated one of them).
     """
-    main = answers[(answers["corpus"] == "main") & (answers["seed"] == primary_seed)]
+    main = answers[answers["corpus"] == "main"]
     revisions = main[(main["condition"] == "peer_wrong") & main["text"].notna()]
     by_id = main.set_index("answer_id")
-    mean_rating = panel_blind(ratings, primary_seed).groupby("answer_id")["rating"].mean()
+    mean_rating = panel_blind(ratings, None).groupby("answer_id")["rating"].mean()
     item_by_id = items.set_index("item_id")
     rows = []
     for r in revisions.itertuples(index=False):
@@ -345,7 +362,8 @@ def wrong_peer_revisions(
         r1_text = by_id.at[r1_id, "text"]
         pos_before, pos_after = answer_position(r1_text, item), answer_position(r.text, item)
         rows.append({
-            "dataset": r.dataset, "item_id": r.item_id, "generator": r.generator, "authority": r.authority,
+            "dataset": r.dataset, "seed": int(r.seed), "primary": int(r.seed) == int(primary_seed),
+            "item_id": r.item_id, "generator": r.generator, "authority": r.authority,
             "answer_id": r.answer_id, "round1_answer_id": r1_id,
             "question": r.question, "round1_text": r1_text, "revision_text": r.text,
             "wrong_claim": item["wrong_attractor"],
@@ -360,13 +378,41 @@ def wrong_peer_revisions(
     return out
 
 
-def flip_share(revisions_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+def _primary(revisions: pd.DataFrame) -> pd.DataFrame:
+    """The revisions of the primary execution (all of them in a frame without ``primary``)."""
+    if "primary" not in revisions.columns or not len(revisions):
+        return revisions
+    return revisions[revisions["primary"].astype(bool)]
+
+
+def _execution(revisions: pd.DataFrame, seed: int | None) -> pd.DataFrame:
+    """The revisions of execution ``seed`` (None: all)."""
+    if seed is None or "seed" not in revisions.columns or not len(revisions):
+        return revisions
+    return revisions[revisions["seed"] == seed]
+
+
+def flip_share(revisions_by_dataset: Mapping[str, pd.DataFrame], primary_seed: int | None = None) -> pd.DataFrame:
     """Share of all-wrong revisions a flip indicator calls unchanged that still lost ≥ 1 blind point.
 
     seed 002 §3.1 (9.0% on TruthfulQA): the denominator is the rated revisions the
     flip indicator scores as unchanged; "lost at least one point" compares mean
-    blind panel ratings of the revision and its Round-1 answer.
+    blind panel ratings of the revision and its Round-1 answer. Rows with every
+    execution pooled (compared with the 9.0%), then, given ``primary_seed``, the
+    primary execution alone, as Table 2 (``by_executions``;
+    docs/deviations.yaml#model-free-scope).
     """
+    def build(seed: int | None) -> pd.DataFrame:
+        return _flip_share_rows({d: _execution(rev, seed) for d, rev in revisions_by_dataset.items()})
+
+    if primary_seed is None:
+        df = build(None)
+        df.insert(1, EXECUTIONS, POOLED)
+        return df
+    return by_executions(build, primary_seed)
+
+
+def _flip_share_rows(revisions_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for dataset, rev in revisions_by_dataset.items():
         rated = rev[rev["rating_round1"].notna() & rev["rating_revision"].notna()] if len(rev) else rev
@@ -384,7 +430,7 @@ def flip_share(revisions_by_dataset: Mapping[str, pd.DataFrame]) -> pd.DataFrame
 
 
 TABLE1_RULE = (
-    "Selection rule: among the first dataset's all-wrong revisions (primary seed, main corpus) that the "
+    "Selection rule: among the first dataset's all-wrong revisions (primary execution, main corpus) that the "
     "flip indicator scores as unchanged, the one whose mean blind panel rating dropped most from its "
     "Round-1 answer; ties go to the smallest answer id. If none is unchanged, the largest drop overall."
 )
@@ -392,6 +438,7 @@ TABLE1_RULE = (
 
 def select_example(revisions: pd.DataFrame) -> tuple[pd.Series | None, str]:
     """Table 1's example by ``TABLE1_RULE`` (never chosen by hand); (row, which branch applied)."""
+    revisions = _primary(revisions)
     rated = revisions[revisions["rating_drop"].notna()] if len(revisions) else revisions
     if not len(rated):
         return None, "no rated all-wrong revision"

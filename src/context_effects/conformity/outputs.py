@@ -68,11 +68,6 @@ def _scanned(paths: list[str], settings: Mapping[str, Any]):
     return D.scan_ratings(paths, settings["datasets"])
 
 
-def _panel_note(s: Mapping[str, Any]) -> str:
-    return (f"Open judge panel, blind pass, main corpus at the primary seed ({s['primary_seed']}); "
-            "missing ratings excluded.")
-
-
 def _executions_note(s: Mapping[str, Any]) -> str:
     from context_effects.conformity import descriptive as D
 
@@ -147,8 +142,9 @@ def build_posterior_predictive(inputs, s) -> Built:
 def build_agreement(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(_labelled(D.blind_agreement(_scanned(inputs["ratings"], s), s["primary_seed"])),
-                 [_panel_note(s) + " Units are answers, coders are judges.", *_notes(s)])
+    return Built(_labelled(D.agreement_table(_scanned(inputs["ratings"], s), s["primary_seed"])),
+                 [_executions_note(s) + " Units are answers (each execution's its own), coders are judges.",
+                  *_notes(s)])
 
 
 def build_parse_failures(inputs, s) -> Built:
@@ -161,9 +157,10 @@ def build_parse_failures(inputs, s) -> Built:
 def build_flip_share(inputs, s) -> Built:
     from context_effects.conformity import descriptive as D
 
-    return Built(_labelled(D.flip_share(_per_dataset(inputs["revisions"], s))),
+    return Built(_labelled(D.flip_share(_per_dataset(inputs["revisions"], s), s["primary_seed"])),
                  ["Flip indicator: the answer's side is the candidate set (gold and other correct answers vs "
-                  "attractor and other incorrect answers) with the highest token F1; mean blind panel ratings.",
+                  "attractor and other incorrect answers) with the highest token F1; mean blind panel ratings; "
+                  "a revision is compared with the Round-1 answer of its own execution.", _executions_note(s),
                   *_notes(s)])
 
 
@@ -443,11 +440,14 @@ REGISTRY = Registry("conformity", [
     TableSpec("table5", "descriptive",
               "Anchor-recognition audit under reference-free and reference-augmented scoring.", "tab:anchor-audit",
               inputs=_ratings, settings=_dataset_settings, build=build_table5),
-    TableSpec("agreement", "descriptive", "Krippendorff's alpha of the blind judge panel.", "tab:blind-agreement",
-              inputs=_ratings, settings=_panel_settings, build=build_agreement),
+    TableSpec("agreement", "descriptive",
+              "Krippendorff's alpha of the blind judge panel. Rows 'pooled' pool every execution; the rows of the "
+              "primary execution alone follow as a sensitivity.", "tab:blind-agreement",
+              inputs=_ratings, settings=_table2_settings, build=build_agreement),
     TableSpec("flip_share", "descriptive",
               "All-wrong revisions a binary flip indicator scores as unchanged that still lost at least one blind "
-              "rating point.", "tab:flip-share", inputs=_revisions, settings=_dataset_settings,
+              "rating point. Rows 'pooled' pool every execution; the rows of the primary execution alone follow "
+              "as a sensitivity.", "tab:flip-share", inputs=_revisions, settings=_table2_settings,
               build=build_flip_share),
     TableSpec("parse_failures", "descriptive",
               "Judge replies without a valid rating after every re-ask, by judge, pass and condition.",

@@ -27,8 +27,9 @@ differ only in the span that is manipulated:
 * all-correct vs all-wrong vs mixed: same speakers, roles and phrasings; only the
   quoted endorsed text differs (gold answer, the item's fixed wrong attractor, or
   the mixed 3–3 assignment);
-* peer arm vs content arm of one polarity: the same candidate texts, quoted the
-  same way (the content block holds each *distinct* text once, unattributed).
+* peer arm vs content arm of one polarity: the same candidate texts in the same
+  layout, the peer framing (speaker, role, verb or stance phrase) and the repetition
+  aside (the content block holds each *distinct* text once, unattributed).
 
 The panel seed is the item sample's seed (``sampling.seed``, recorded in the item
 table as ``panel_seed``), never the execution label: seed 002 §2.2 says the
@@ -55,16 +56,20 @@ a second one. The release's present and absent blocks are separate draws (other 
 positions), so for released blocks ``role_spans`` marks the one `` (role)`` span of
 the present block, and cutting it out does **not** give the absent block: the
 authority contrast of released blocks is the release's, not a one-span edit.
-Content blocks never use the release: the decomposition corpus keeps this module's
-unattributed rendering.
+Content blocks take no speaker from the release, only its layout: beside released
+peer blocks (``content_block(..., release=...)``) each distinct candidate is one line,
+``{text}.`` with the same final-period rule, lines separated by the blank line, no
+quotes, so a peer line is its content line behind ``{name}: {phrase}`` (seed 002 §2.1
+lists what the peer-presentation residual bundles: attribution, repetition, speaker
+count, consensus, authority, prompt length; a change of quoting is none of them).
 
 Rendering (generated blocks)
 ----------------------------
 One speaker: ``{who} {verb phrase}: "{text}"`` where ``who`` is ``Maria Chen``
 (authority absent) or ``Maria Chen, a university professor,`` (present).
-Speakers are joined by ``"; "`` and content candidates likewise, so a block is one
-line that reads naturally in the paper's inline templates ("...shared their views:
-[peer block]. Answer..."). Candidate texts are inserted verbatim (never trimmed
+Speakers are joined by ``"; "`` and content candidates likewise (each quoted as a
+speaker's text is), so a block is one line that reads naturally in the paper's inline
+templates ("...shared their views: [peer block]. Answer..."). Candidate texts are inserted verbatim (never trimmed
 or re-punctuated) so the texts a generator sees are exactly ``gold_answer`` and
 ``wrong_attractor`` from the item table.
 
@@ -265,8 +270,12 @@ def peer_block(item: Any, polarity: str, authority: str, seed: int, n_speakers: 
     return Block(text=SEPARATOR.join(parts), endorsed=endorsed, role_spans=tuple(spans))
 
 
-def content_block(item: Any, polarity: str, seed: int) -> Block:
-    """The unattributed block: each distinct candidate text once, quoted as in the peer block.
+def content_block(item: Any, polarity: str, seed: int, *, release: Mapping[str, Any] | None = None) -> Block:
+    """The unattributed block: each distinct candidate text once, in the layout of the peer
+    blocks of the same item: quoted and joined by ``"; "`` beside generated blocks; with
+    ``release`` (the item's released blocks, as ``peer_block`` takes them; only whether
+    there are any matters) one ``{text}.`` line each, a blank line between, as a released
+    speaker line without its ``{name}: {phrase}`` (module docstring, "Released blocks").
 
     The mixed order is seeded by (panel seed, item_id) (``content_mixed_gold_first``),
     never drawn per call.
@@ -280,12 +289,19 @@ def content_block(item: Any, polarity: str, seed: int) -> Block:
     else:
         gold_first = content_mixed_gold_first(_field(item, "item_id"), seed)
         texts = (gold, wrong) if gold_first else (wrong, gold)
+    if release is not None:
+        return Block(text=RELEASE_SEPARATOR.join(_released_text(t) for t in texts), endorsed=texts)
     return Block(text=SEPARATOR.join(_quote(t) for t in texts), endorsed=texts)
+
+
+def _released_text(text: str) -> str:
+    """A candidate text as a released line ends: with the release's period, unless it has one."""
+    return f"{text}{'' if text.endswith('.') else '.'}"
 
 
 def released_line(who: str, phrase: str, text: str) -> str:
     """One released speaker line with its option letter replaced by ``text``."""
-    return f"{who}: {phrase}{text}{'' if text.endswith('.') else '.'}"
+    return f"{who}: {phrase}{_released_text(text)}"
 
 
 def released_block(release: Mapping[str, Any], polarity: str, authority: str, gold: str, wrong: str) -> Block:

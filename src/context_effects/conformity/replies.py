@@ -8,8 +8,10 @@
     the asks.
 
 ``conformity.rating``
-    A judge reply is usable when it is exactly one ``{"rating": <integer 1-5>}``
-    (seed 002 App. B), parsed by ``llm.judging.parse_integer_reply``. It is asked
+    A judge reply is usable when it is exactly one ``{"rating": <integer 1-5>}``,
+    parsed by ``llm.judging.parse_integer_reply``, or, with no braces anywhere in it,
+    the form seed 002's judge prompts themselves show (App. B: ``"rating": <integer
+    1--5>``, no braces): ``"rating": 4`` (``parse_rating``). It is asked
     again by the shard's ``reask``: ``warmer``, the paper's setting, is App. A.6's
     shared retry loop (the generation re-ask above: temperature up by the step,
     capped, seed + 1, the prompt unchanged); ``reminder`` keeps the sampling and
@@ -20,9 +22,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from typing import Any
 
 from context_effects.llm.judging import (
+    NO_JSON,
     field_reasons,
     integer_reply_schema,
     reply_reasons,
@@ -81,9 +86,51 @@ CONFLICTING, MISSING, STRING, NOT_INTEGER, NOT_NUMBER, OUT_OF_RANGE = field_reas
 REASONS = reply_reasons("rating")
 
 
+#: The key as the judge prompts print it (seed 002 App. B: ``"rating": <integer 1--5>``).
+_BARE_KEY = re.compile(r'"rating"\s*:\s*')
+
+
+class _NotAValue:
+    """What follows the key is no JSON value (``<integer 1--5>`` echoed, ``NaN``)."""
+
+
+_NOT_A_VALUE = _NotAValue()
+
+
+def _bare_values(text: str) -> list[Any] | None:
+    """The value after each ``"rating":`` of a reply without braces, decoded as JSON
+    (``_NOT_A_VALUE`` where none decodes); None when the key is not there."""
+    decoder = json.JSONDecoder(parse_constant=lambda token: _NOT_A_VALUE)
+    values = []
+    for m in _BARE_KEY.finditer(text):
+        try:
+            values.append(decoder.raw_decode(text, m.end())[0])
+        except ValueError:
+            values.append(_NOT_A_VALUE)
+    return values or None
+
+
 def parse_rating(text: str | None) -> tuple[int | None, str | None]:
-    """Study C's judge reply ``{"rating": <integer 1-5>}`` (seed 002 App. B); see ``parse_integer_reply``."""
-    return parse_integer_reply(text, "rating", RATING_MIN, RATING_MAX)
+    """Study C's judge reply (seed 002 App. B); see ``parse_integer_reply``.
+
+    ``{"rating": <integer 1-5>}`` as ``parse_integer_reply`` reads it. A reply with no
+    brace at all is read in the form the judge prompts show, ``"rating": 4`` (a trailing
+    period or prose around it allowed), and judged by the same rules as the object
+    ``{"rating": 4}``: one value, or one value repeated; two different values are
+    ``conflicting_ratings``; ``"4"``, 4.5, 7, ``null`` are rejected as in an object, and
+    so is a key with no JSON value after it.
+    """
+    value, reason = parse_integer_reply(text, "rating", RATING_MIN, RATING_MAX)
+    if reason != NO_JSON or "{" in text or "}" in text:
+        return value, reason
+    values = _bare_values(text)
+    if values is None:
+        return None, NO_JSON
+    if any(v is _NOT_A_VALUE for v in values):
+        return None, NOT_NUMBER
+    if len({json.dumps(v) for v in values}) > 1:
+        return None, CONFLICTING
+    return parse_integer_reply(json.dumps({"rating": values[0]}), "rating", RATING_MIN, RATING_MAX)
 
 
 REMINDER = 'Reply with exactly one JSON object and nothing else: {"rating": <integer 1-5>}.'

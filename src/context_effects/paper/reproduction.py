@@ -37,7 +37,15 @@ from typing import Any
 
 import pandas as pd
 
-from context_effects.paper.lookup import MissingNumber, lookup, manifest_node, parse_row, select_row, table_path
+from context_effects.paper.lookup import (
+    Cell,
+    MissingNumber,
+    lookup,
+    manifest_node,
+    parse_row,
+    select_row,
+    table_path,
+)
 
 COLUMNS = ["id", "section", "quantity", "value", "lower", "upper", "decimals", "table", "row", "column",
            "scale", "note"]
@@ -70,6 +78,45 @@ def read_published(files: Iterable[str | Path]) -> pd.DataFrame:
     if not dup.empty:
         raise ValueError(f"duplicate published ids: {sorted(set(dup['study'] + '/' + dup['id']))}")
     return out
+
+
+#: A published bound over fits, e.g. seed 002 App. C.2 "across all fits R-hat <= 1.007,
+#: minimum bulk ESS is 715": its ``column`` reads ``max(R-hat)`` or ``min(ESS bulk)`` and its
+#: ``row`` is empty. The run's value is the same bound over the same fits: the rows of that
+#: table which the study's other published rows of it select (for Table 9, the seed's own
+#: fits), never one fit's value; a fit missing from the run leaves the bound not produced.
+_BOUND = re.compile(r"^\s*(max|min)\((.+)\)\s*$")
+#: Where ``compare`` keeps the published rows for the bounds (in its table cache).
+_PUBLISHED = "published rows"
+
+
+def _bound(p: Mapping[str, Any], how: str, column: str, results: Path, frames: dict) -> Cell:
+    published = frames.get(_PUBLISHED)
+    if published is None:
+        raise MissingNumber(f"{p['table']}: {p['column']} needs the published rows naming its fits")
+    same = published[(published["table"] == p["table"]) & published["row"].str.strip().ne("")
+                     & ~published["column"].map(lambda c: bool(_BOUND.match(c)))]
+    if "study" in p and "study" in same.columns:
+        same = same[same["study"] == p["study"]]
+    selectors = list(dict.fromkeys(same["row"]))
+    if not selectors:
+        raise MissingNumber(f"{p['table']}: no published row of it names a fit for {p['column']}")
+    values = []
+    for selector in selectors:
+        cell = lookup(p["table"], selector, column, results=results, frames=frames)
+        if cell is None:
+            raise MissingNumber(f"{table_path(p['table'], results)}: the fit [{selector}] holds no {column}")
+        values.append(cell.value)
+    value = max(values) if how == "max" else min(values)
+    return Cell(value, text=f"{how} of {column} over {len(values)} fits")
+
+
+def _reproduced(p: Mapping[str, Any], results: Path, frames: dict) -> Cell | None:
+    """The run's cell for a published row: ``lookup``, or a bound over fits (``_BOUND``)."""
+    bound = _BOUND.match(p["column"])
+    if bound:
+        return _bound(p, bound.group(1), bound.group(2).strip(), results, frames)
+    return lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
 
 
 def _float(text: str) -> float | None:
@@ -131,7 +178,7 @@ def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict
     if not p["table"]:
         return {**out, "status": "not produced", "reason": p["note"] or "no table of this project reproduces it"}
     try:
-        cell = lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
+        cell = _reproduced(p, results, frames)
     except MissingNumber as err:
         absent = _model_absent(p, results, frames)
         if not comparable:
@@ -175,7 +222,7 @@ def _rehearse_row(p: Mapping[str, Any], out: dict[str, Any], results: Path, fram
     if role == "setting":
         return {**out, "status": "not planted", "reason": why}
     try:
-        cell = lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
+        cell = _reproduced(p, results, frames)
     except MissingNumber as err:
         return {**out, "status": "not produced", "reason": str(err)}
     if cell is None:
@@ -253,7 +300,7 @@ def sensitivity_flag(p: Mapping[str, Any], results: Path, frames: dict) -> str:
 def compare(published: pd.DataFrame, results: str | Path, run_kind: str) -> pd.DataFrame:
     """One row per published number with its reproduced value, difference and status
     (and, for Table 3's cells, whether the generator-mean refit changes sign or interval)."""
-    frames: dict = {}
+    frames: dict = {_PUBLISHED: published}
     rows = [compare_row(p, Path(results), run_kind, frames) | {"generator_mean_changes": sensitivity_flag(
         p, Path(results), frames)} for p in published.to_dict("records")]
     return pd.DataFrame(rows, columns=None if rows else ["study", "id", "status"])

@@ -10,8 +10,11 @@ them. Two files, written by ``workflow/rules/recovery.smk`` for runs with synthe
     profile ⊕ the config's ``synthetic:`` keys), by study and model: Study C generators'
     mean quality μ_g, σ_b, σ_θ, θ_a, shifts η per condition, their decomposition
     increments and Asym_total; Study C judges' α, β, γ, κ (and the rates the analyses do
-    not estimate); AMEL's logit-scale values and, per design cell, the planted logit shift
-    and the population mean bias score it implies; Study H's λ, δ_framing and the rest.
+    not estimate); AMEL's logit-scale values, per design cell (saturated and balanced) the
+    planted logit shift, the population mean bias score (a balanced history's shift of P(Yes))
+    and mean |BS| it implies, and each model's and the roster's headline values by
+    measurement method (mean BS and d, the no/yes ratios, the slope on k, the balanced
+    contrasts, the framing ratios); Study H's λ, δ_framing and the rest.
 
 ``results/synthetic/recovery.csv`` / ``.md`` (rule ``recovery``)
     One row per planted value and estimate: ``study, source, fit_model, model, parameter,
@@ -22,8 +25,9 @@ them. Two files, written by ``workflow/rules/recovery.smk`` for runs with synthe
     starts with the coverage share per study (and per measurement model for Study C).
 
 What is compared with what is each study's part, in its package: Study C's fits in
-``context_effects.conformity.recovery``, AMEL's bias scores in
-``context_effects.amel.recovery``, Study H's pulls in ``context_effects.anchoring.recovery``.
+``context_effects.conformity.recovery``, AMEL's analysis tables and bias scores (every
+method, the primary ``single_call`` first) in ``context_effects.amel.recovery``, every
+statistic of Study H's pull table in ``context_effects.anchoring.recovery``.
 This module decides which runs have planted values, gathers each study's part of
 ``planted.json`` and of the table, and writes both; the row format the studies share is
 ``context_effects.recovery_rows``.
@@ -40,7 +44,6 @@ from typing import Any
 import pandas as pd
 
 from context_effects.amel import recovery as amel_recovery
-from context_effects.amel.dag import BIAS_SCORES
 from context_effects.anchoring import recovery as anchoring_recovery
 from context_effects.anchoring.dag import result_path
 from context_effects.conformity import recovery as conformity_recovery
@@ -169,7 +172,7 @@ def recovery_inputs(config: Config) -> dict[str, Any]:
     return {
         "planted": PLANTED,
         "fits": conformity_recovery.fit_summaries(config) if "conformity" in r else [],
-        "amel": [BIAS_SCORES] if "amel" in r else [],
+        "amel": amel_recovery.inputs() if "amel" in r else [],
         "anchoring": [result_path(j) for j in r.get("anchoring", {}).get("judges", [])],
     }
 
@@ -185,14 +188,17 @@ def recovery_fit_keys(config: Config) -> dict[str, dict[str, Any]]:
 
 def recovery_table(planted: Mapping[str, Any], fits: Mapping[tuple[str, str], pd.DataFrame] | None = None,
                    bias_scores: pd.DataFrame | None = None,
-                   anchoring_runs: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
-    """Every planted-vs-estimate row of the run; ``fits`` maps (dataset, variant) to a fit's summary."""
+                   anchoring_runs: Mapping[str, Mapping[str, Any]] | None = None,
+                   amel_tables: Mapping[str, pd.DataFrame] | None = None) -> pd.DataFrame:
+    """Every planted-vs-estimate row of the run; ``fits`` maps (dataset, variant) to a fit's summary,
+    ``amel_tables`` an AMEL analysis table's name to the table as written (built from ``bias_scores``
+    where missing)."""
     rows: list[dict] = []
     if "conformity" in planted:
         for (dataset, variant), summary in (fits or {}).items():
             rows += conformity_recovery.fit_rows(planted, dataset, variant, summary)
     if "amel" in planted and bias_scores is not None:
-        rows += amel_recovery.bias_score_rows(planted, bias_scores)
+        rows += amel_recovery.bias_score_rows(planted, bias_scores, amel_tables)
     if "anchoring" in planted:
         rows += anchoring_recovery.pull_rows(planted, anchoring_runs or {})
     return pd.DataFrame(rows, columns=list(COLUMNS))
@@ -243,7 +249,9 @@ def _md_table(df: pd.DataFrame) -> str:
 def markdown(table: pd.DataFrame) -> str:
     lines = ["# Planted values against the run's estimates", "", f"> {NOTE}", "",
              "`covered`: the planted value lies inside the estimate's 95% interval (posterior quantiles for "
-             "Study C, t intervals for AMEL, bootstrap intervals for Study H); `n/a`: no interval, or planted "
+             "Study C; for AMEL intervals whose unit is the item: the tables' own where their test takes the "
+             "item, item-clustered ones computed here where it takes the row (one call per cell); bootstrap "
+             "intervals over tasks for Study H); `n/a`: no interval (an unbounded Fieller set too), or planted "
              "value and estimate are not on one scale (`comparable: no`, reason in `note`). A calibrated "
              "pipeline covers about 95% of the compared values; a short synthetic run varies around that.", "",
              "## Coverage", ""]
@@ -268,12 +276,15 @@ def write_recovery(planted_path: str | Path, fit_paths: Sequence[str | Path], am
         summary = pd.read_csv(p)
         check_summary(p, fit_keys[f"{dataset}/{variant}"], summary)
         fits[(dataset, variant)] = summary
-    bias = pd.concat([pd.read_parquet(p) for p in amel_paths], ignore_index=True) if amel_paths else None
+    scores = [p for p in amel_paths if amel_recovery.table_of_path(p) is None]
+    bias = pd.concat([pd.read_parquet(p) for p in scores], ignore_index=True) if scores else None
+    amel_tables = {amel_recovery.table_of_path(p): pd.read_csv(p) for p in amel_paths
+                   if amel_recovery.table_of_path(p) is not None}
     runs = {}
     for p in anchoring_paths:
         run = json.loads(Path(p).read_text())
         runs[run["model"]["name"]] = run
-    table = recovery_table(planted, fits, bias, runs)
+    table = recovery_table(planted, fits, bias, runs, amel_tables)
     Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv_path, index=False)
     Path(md_path).write_text(markdown(table), encoding="utf-8")

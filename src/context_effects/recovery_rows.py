@@ -23,13 +23,19 @@ def covered(planted: float, lo: float, hi: float) -> str:
     return "yes" if float(lo) <= float(planted) <= float(hi) else "no"
 
 
+def _number(v: Any) -> float:
+    return math.nan if v is None else float(v)
+
+
 def row(study: str, source: str, model: str, parameter: str, planted: float, estimate: float = math.nan,
         ci_low: float = math.nan, ci_high: float = math.nan, *, fit_model: str = "", comparable: bool = True,
         note: str = "") -> dict[str, Any]:
-    """One row of the recovery table; ``covered`` follows from the values (``n/a`` if not comparable)."""
+    """One row of the recovery table; ``covered`` follows from the values (``n/a`` if not comparable). A
+    value of None (a result file's JSON null: no estimate or no interval) is NaN."""
+    planted, estimate, ci_low, ci_high = (_number(v) for v in (planted, estimate, ci_low, ci_high))
     return {
         "study": study, "source": source, "fit_model": fit_model, "model": model, "parameter": parameter,
-        "planted": float(planted), "estimate": float(estimate), "ci_low": float(ci_low), "ci_high": float(ci_high),
+        "planted": planted, "estimate": estimate, "ci_low": ci_low, "ci_high": ci_high,
         "covered": covered(planted, ci_low, ci_high) if comparable else "n/a",
         "comparable": "yes" if comparable else "no", "note": note,
     }

@@ -22,7 +22,7 @@ rule synthetic_planted:
 
 
 rule recovery:
-    """Planted values against the run's estimates (fits, AMEL bias scores, Study H pulls), with coverage."""
+    """Planted values against the run's estimates (fits, AMEL analysis tables, Study H pull statistics), with coverage."""
     input:
         **targets.recovery_inputs(config),
     output:

@@ -436,7 +436,14 @@ class _Reserve:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.posix_fallocate(fd, 0, self.size)
+                try:
+                    os.posix_fallocate(fd, 0, self.size)
+                except OSError as exc:
+                    if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                        raise
+                    # A filesystem without fallocate: the same blocks, written.
+                    os.write(fd, bytes(self.size))
+                os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as exc:

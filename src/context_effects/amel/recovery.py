@@ -32,9 +32,8 @@ rows are; they are compared only when every roster model is synthetic.
 Each interval's unit of replication is the item: the printed intervals where the table's
 test takes the item (item means; the asymmetry and framing tables' Fieller intervals and
 the exact interval of d_z, of per-item pairs; the length table's cluster-robust slope).
-``single_call``'s d is of rows, and an item's rows share the item and its baseline reply:
-the effects table's intervals of its mean and d resample items (``amel.stats``), and the
-balanced table's mean shift, whose printed interval takes the row, gets an item-clustered
+``single_call``'s one-sample tests take the row, and an item's rows share the item and its
+baseline reply, so for its mean, d and balanced mean shift the rows use an item-clustered
 interval computed here (:func:`clustered_mean_d`: deterministic, linearised) around the
 printed estimate. The balanced |shift| − |BS| difference, printed without an interval,
 gets the t interval of its per-item differences.
@@ -432,17 +431,6 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
         rows.append(row("amel", f"tables/amel/{table}", model, f"{parameter} ({method})", _f(planted_value),
                         _f(estimate), _f(lo), _f(hi), comparable=comparable, note="; ".join(notes)))
 
-    def ratio_rows(table: str, label: str, suffix: str, method: str, t: Mapping[str, Any], r: Any) -> None:
-        """The no/yes ratios of mean BS and of mean |BS| (and, where the table has it, d_z)."""
-        note = "Fieller interval of per-item pairs (the table's)"
-        add(table, label, f"ratio of mean BS no/yes{suffix}", method, t["ratio"], r["ratio"], r["ratio_ci_low"],
-            r["ratio_ci_high"], note)
-        add(table, label, f"ratio of mean |BS| no/yes{suffix}", method, t["ratio_abs"], r["ratio_abs"],
-            r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
-        if "d_z" in r and "d_z" in t:
-            add(table, label, f"d_z of |BS| no - yes{suffix}", method, t["d_z"], r["d_z"], r.get("d_z_ci_low"),
-                r.get("d_z_ci_high"), "the table's exact interval (per-item pairs)")
-
     for method in methods:
         row_unit = method in ROW_UNIT_METHODS
         for scope, group, label, target, part in scopes(method):
@@ -450,19 +438,40 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
                         & part["condition"].isin(SATURATED)]
             r = _find(tables.get("effects"), method, scope, group)
             if r is not None and target:
-                # The table's own intervals: item means, or for single calls an item bootstrap.
-                note = ("the table's interval (items resampled)" if row_unit else "the table's interval (item means)")
-                add("effects", label, "mean BS", method, target["mean_bs"], r["mean_bs"], r["ci_low"], r["ci_high"],
-                    note)
-                add("effects", label, "Cohen's d", method, target["d"], r["d"], r["d_ci_low"], r["d_ci_high"], note)
+                if row_unit:
+                    s = clustered_mean_d(main["bs"], _unit_keys(main))
+                    m_lo, m_hi = r["mean_bs"] - s["q"] * s["se_mean"], r["mean_bs"] + s["q"] * s["se_mean"]
+                    d_lo, d_hi = r["d"] - s["q"] * s["se_d"], r["d"] + s["q"] * s["se_d"]
+                    note = (f"item-clustered interval computed here ({s['n_clusters']} items, {s['n']} rows), "
+                            "around the printed estimate")
+                else:
+                    m_lo, m_hi, d_lo, d_hi = r["ci_low"], r["ci_high"], r["d_ci_low"], r["d_ci_high"]
+                    note = "the table's interval (item means)"
+                add("effects", label, "mean BS", method, target["mean_bs"], r["mean_bs"], m_lo, m_hi, note)
+                add("effects", label, "Cohen's d", method, target["d"], r["d"], d_lo, d_hi, note)
             r = _find(tables.get("asymmetry"), method, scope, group)
             if r is not None and target:
-                ratio_rows("asymmetry", label, "", method, target, r)
+                note = "Fieller interval of per-item pairs (the table's)"
+                add("asymmetry", label, "ratio of mean BS no/yes", method, target["ratio"], r["ratio"],
+                    r["ratio_ci_low"], r["ratio_ci_high"], note)
+                add("asymmetry", label, "ratio of mean |BS| no/yes", method, target["ratio_abs"], r["ratio_abs"],
+                    r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
+                if "d_z" in r:
+                    add("asymmetry", label, "d_z of |BS| no - yes", method, target["d_z"], r["d_z"],
+                        r.get("d_z_ci_low"), r.get("d_z_ci_high"), "the table's exact interval (per-item pairs)")
             if scope == "overall" and target:
                 for k, t in target["by_k"].items():
                     r = _find(tables.get("asymmetry"), method, "k", k)
-                    if r is not None:
-                        ratio_rows("asymmetry", label, f", k={k}", method, t, r)
+                    if r is None:
+                        continue
+                    note = "Fieller interval of per-item pairs (the table's)"
+                    add("asymmetry", label, f"ratio of mean BS no/yes, k={k}", method, t["ratio"], r["ratio"],
+                        r["ratio_ci_low"], r["ratio_ci_high"], note)
+                    add("asymmetry", label, f"ratio of mean |BS| no/yes, k={k}", method, t["ratio_abs"],
+                        r["ratio_abs"], r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
+                    if "d_z" in r:
+                        add("asymmetry", label, f"d_z of |BS| no - yes, k={k}", method, t["d_z"], r["d_z"],
+                            r.get("d_z_ci_low"), r.get("d_z_ci_high"), "the table's exact interval (per-item pairs)")
             r = _find(tables.get("balanced"), method, scope, group)
             if r is not None and target and "balanced_mean_shift" in target:
                 bal = part[(part["framing"] == "standard") & (part["condition"] == "balanced")]
@@ -486,8 +495,13 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
                     r["slope_ci_high"], "the table's interval (cluster-robust by item)")
             for framing, t in (target.get("framing") or {}).items():
                 r = _find(tables.get("framing"), method, scope, group, framing=framing)
-                if r is not None:
-                    ratio_rows("framing", label, f", {framing} framing", method, t, r)
+                if r is None:
+                    continue
+                note = "Fieller interval of per-item pairs (the table's)"
+                add("framing", label, f"ratio of mean BS no/yes, {framing} framing", method, t["ratio"], r["ratio"],
+                    r["ratio_ci_low"], r["ratio_ci_high"], note)
+                add("framing", label, f"ratio of mean |BS| no/yes, {framing} framing", method, t["ratio_abs"],
+                    r["ratio_abs"], r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
         rows += _cell_rows(pa, bias_scores[bias_scores["method"] == method], method)
     for model, pm in pa["models"].items():
         for name, key in LOGIT_PARAMS.items():

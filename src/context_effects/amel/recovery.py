@@ -431,6 +431,18 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
         rows.append(row("amel", f"tables/amel/{table}", model, f"{parameter} ({method})", _f(planted_value),
                         _f(estimate), _f(lo), _f(hi), comparable=comparable, note="; ".join(notes)))
 
+    def ratio_rows(table: str, label: str, suffix: str, method: str, t: Mapping[str, Any], r: Any,
+                   with_d_z: bool) -> None:
+        """The no/yes ratios of mean BS and of mean |BS| (and d_z, where asked and the table has it)."""
+        note = "Fieller interval of per-item pairs (the table's)"
+        add(table, label, f"ratio of mean BS no/yes{suffix}", method, t["ratio"], r["ratio"], r["ratio_ci_low"],
+            r["ratio_ci_high"], note)
+        add(table, label, f"ratio of mean |BS| no/yes{suffix}", method, t["ratio_abs"], r["ratio_abs"],
+            r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
+        if with_d_z and "d_z" in r:
+            add(table, label, f"d_z of |BS| no - yes{suffix}", method, t["d_z"], r["d_z"], r.get("d_z_ci_low"),
+                r.get("d_z_ci_high"), "the table's exact interval (per-item pairs)")
+
     for method in methods:
         row_unit = method in ROW_UNIT_METHODS
         for scope, group, label, target, part in scopes(method):
@@ -451,27 +463,12 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
                 add("effects", label, "Cohen's d", method, target["d"], r["d"], d_lo, d_hi, note)
             r = _find(tables.get("asymmetry"), method, scope, group)
             if r is not None and target:
-                note = "Fieller interval of per-item pairs (the table's)"
-                add("asymmetry", label, "ratio of mean BS no/yes", method, target["ratio"], r["ratio"],
-                    r["ratio_ci_low"], r["ratio_ci_high"], note)
-                add("asymmetry", label, "ratio of mean |BS| no/yes", method, target["ratio_abs"], r["ratio_abs"],
-                    r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
-                if "d_z" in r:
-                    add("asymmetry", label, "d_z of |BS| no - yes", method, target["d_z"], r["d_z"],
-                        r.get("d_z_ci_low"), r.get("d_z_ci_high"), "the table's exact interval (per-item pairs)")
+                ratio_rows("asymmetry", label, "", method, target, r, with_d_z=True)
             if scope == "overall" and target:
                 for k, t in target["by_k"].items():
                     r = _find(tables.get("asymmetry"), method, "k", k)
-                    if r is None:
-                        continue
-                    note = "Fieller interval of per-item pairs (the table's)"
-                    add("asymmetry", label, f"ratio of mean BS no/yes, k={k}", method, t["ratio"], r["ratio"],
-                        r["ratio_ci_low"], r["ratio_ci_high"], note)
-                    add("asymmetry", label, f"ratio of mean |BS| no/yes, k={k}", method, t["ratio_abs"],
-                        r["ratio_abs"], r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
-                    if "d_z" in r:
-                        add("asymmetry", label, f"d_z of |BS| no - yes, k={k}", method, t["d_z"], r["d_z"],
-                            r.get("d_z_ci_low"), r.get("d_z_ci_high"), "the table's exact interval (per-item pairs)")
+                    if r is not None:
+                        ratio_rows("asymmetry", label, f", k={k}", method, t, r, with_d_z=True)
             r = _find(tables.get("balanced"), method, scope, group)
             if r is not None and target and "balanced_mean_shift" in target:
                 bal = part[(part["framing"] == "standard") & (part["condition"] == "balanced")]
@@ -495,13 +492,8 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
                     r["slope_ci_high"], "the table's interval (cluster-robust by item)")
             for framing, t in (target.get("framing") or {}).items():
                 r = _find(tables.get("framing"), method, scope, group, framing=framing)
-                if r is None:
-                    continue
-                note = "Fieller interval of per-item pairs (the table's)"
-                add("framing", label, f"ratio of mean BS no/yes, {framing} framing", method, t["ratio"], r["ratio"],
-                    r["ratio_ci_low"], r["ratio_ci_high"], note)
-                add("framing", label, f"ratio of mean |BS| no/yes, {framing} framing", method, t["ratio_abs"],
-                    r["ratio_abs"], r["ratio_abs_ci_low"], r["ratio_abs_ci_high"], note)
+                if r is not None:
+                    ratio_rows("framing", label, f", {framing} framing", method, t, r, with_d_z=False)
         rows += _cell_rows(pa, bias_scores[bias_scores["method"] == method], method)
     for model, pm in pa["models"].items():
         for name, key in LOGIT_PARAMS.items():

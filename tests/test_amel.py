@@ -26,6 +26,7 @@ from context_effects.amel.items import AmelItemError, load_item_file, select_ite
 from context_effects.amel.requests import domain_requests, logprobs_available, methods_for, write_model_shard
 from context_effects.amel.outputs import ANALYSES, REGISTRY, analysis_table
 from context_effects.amel.scores import (
+    baseline_uncertainty,
     bias_scores,
     binary_entropy,
     first_token_p_yes,
@@ -272,9 +273,13 @@ def test_requests_are_sorted_for_prefix_reuse_and_sampled_where_needed():
     assert r0.sampling.max_tokens == 1 and r0.sampling.temperature == 0 and "Yes" in r0.sampling.probe_tokens
     claude = model_cfg(backend="anthropic", model_id="claude-x")
     sampled = domain_requests(items, "claude", claude, cfg["amel"], logprobs=False)
-    assert len(sampled) == 3 * len(first) and {r.meta["method"] for r in sampled} == {"samples"}
+    # No first-token probabilities: its two baselines (both framings) are sampled
+    # baseline_samples (5) times for the entropy strata, every other cell n_samples (3) times.
+    assert len(sampled) == 5 * ((n_cells - 2) * 3 + 2 * 5) and {r.meta["method"] for r in sampled} == {"samples"}
+    assert {r.sample_index for r in sampled if r.meta["condition"] == "baseline"} == {0, 1, 2, 3, 4}
     # The Anthropic API takes no temperature (llm/capabilities.py): not sent, its default of 1 applies.
-    assert {r.sample_index for r in sampled} == {0, 1, 2} and all(r.sampling.temperature is None for r in sampled)
+    assert {r.sample_index for r in sampled if r.meta["condition"] != "baseline"} == {0, 1, 2}
+    assert all(r.sampling.temperature is None for r in sampled)
     assert len({r.key for r in sampled}) == len(sampled)
     base = domain_requests(items, "gbase", model_cfg(backend="vllm", model_id="g", mode="completion"), cfg["amel"],
                            logprobs=True)
@@ -547,6 +552,7 @@ def test_tables_on_fixed_data_use_the_item_as_the_unit():
 
 
 def run_synthetic(tmp_path, cfg, items, model="qwen-sim"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "items.parquet"
     items.to_parquet(path)
     write_model_shard([path], tmp_path / "req.parquet", model_name=model, model_cfg=cfg["models"][model],
@@ -564,7 +570,8 @@ def test_analysis_recovers_planted_amel_effects(tmp_path):
     cfg = amel_config(history_lengths=[5, 20, 50], framing_history_lengths=[20], balanced_history_lengths=[20],
                       n_samples=2)
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(260), 200, seed=5))
-    assert set(probs["method"]) == {"single_call", "samples", "first_token"} and probs["p_yes"].notna().all()
+    assert set(probs["method"]) == {"single_call", "samples", "first_token", "baseline_samples"}
+    assert probs["p_yes"].notna().all()
     # The first-token (exact) measurement carries the recovery checks; the tables below keep its rows.
     probs, bs = probs[probs["method"] == "first_token"], bs[bs["method"] == "first_token"]
     planted = planted_effects("qwen-sim")["amel"]
@@ -615,7 +622,7 @@ def test_flat_k_and_sampled_probabilities(tmp_path):
                       balanced_history_lengths=[], n_samples=30)
     cfg["models"]["qwen-sim"] = {**cfg["models"]["qwen-sim"], "synthetic": {"amel_k_scale": 0.0}}
     probs, bs = run_synthetic(tmp_path, cfg, select_items(sim_items(30), 16, seed=6))
-    assert set(probs["method"]) == {"samples", "single_call"}
+    assert set(probs["method"]) == {"samples", "single_call", "baseline_samples"}
     single, probs = probs[probs["method"] == "single_call"], probs[probs["method"] == "samples"]
     assert (probs["n_valid"] == 30).all() and (single["n_requests"] == 1).all() and single["p_yes"].isin([0, 1]).all()
     # The single call of a cell is its first sampled reply (sample_index 0), nothing else.
@@ -635,6 +642,65 @@ def test_flat_k_and_sampled_probabilities(tmp_path):
     length = analysis_table("length", bs, cfg["amel"])
     for _, row in length[length["scope"] == "overall"].iterrows():
         assert row["slope_ci_low"] <= 0 <= row["slope_ci_high"], row["method"]
+
+
+def test_the_paper_design_pays_one_call_per_cell_and_samples_only_baselines_it_cannot_read(tmp_path):
+    """The seed's bill (75,898 calls, about one per cell): by default every cell is sent once;
+    a model with first-token probabilities adds one greedy request per cell (its strata come
+    from them), a model without adds baseline_samples - 1 samples of each baseline, no more.
+    The primary rows are the single calls; no all-samples rows without n_samples > 1."""
+    cfg = amel_config(history_lengths=[5, 20], positions=[], framing_swap=True, framing_history_lengths=[5],
+                      balanced_history_lengths=[], baseline_samples=4)
+    assert cfg["amel"]["n_samples"] == 1
+    items = select_items(sim_items(40), 12, seed=3)
+    n_cells = len(design_cells(cfg["amel"]))  # 2 baselines (both framings) + 6 saturated
+    assert n_cells == 8
+    with_probs = domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"], logprobs=True)
+    assert len(with_probs) == 12 * n_cells * 2
+    assert {r.sample_index for r in with_probs} == {0}
+    without = domain_requests(items, "qwen-sim", cfg["models"]["qwen-sim"], cfg["amel"], logprobs=False)
+    assert len(without) == 12 * ((n_cells - 2) + 2 * 4)
+    assert all(r.meta["n_samples"] == 1 for r in without)
+    # Run both ways on the simulated engine: the strata's source is the model's cheapest one.
+    probs, bs = run_synthetic(tmp_path / "probs", cfg, items)
+    assert set(probs["method"]) == {"single_call", "first_token", "baseline_samples"}
+    single = bs[bs["method"] == "single_call"]
+    first = probs[(probs["method"] == "first_token") & (probs["condition"] == "baseline")]
+    h = dict(zip(zip(first["item_id"], first["framing"]), binary_entropy(first["p_yes"])))
+    assert single["baseline_entropy"].tolist() == pytest.approx([h[(i, f)] for i, f in
+                                                                 zip(single["item_id"], single["framing"])])
+    assert (single["stratum"] == np.where(single["baseline_entropy"] < 0.5, "deterministic", "uncertain")).all()
+    cfg["amel"]["first_token"] = False
+    probs, bs = run_synthetic(tmp_path / "samples", cfg, items)
+    assert set(probs["method"]) == {"single_call", "baseline_samples"}
+    base = probs[probs["method"] == "baseline_samples"]
+    assert (base["condition"] == "baseline").all() and (base["n_requests"] == 4).all() and len(base) == 24
+    share = dict(zip(zip(base["item_id"], base["framing"]), base["p_yes"]))
+    single = bs[bs["method"] == "single_call"]
+    want = ["deterministic" if share[(i, f)] in (0.0, 1.0) else "uncertain"
+            for i, f in zip(single["item_id"], single["framing"])]
+    assert single["stratum"].tolist() == want and set(want) == {"deterministic", "uncertain"}
+
+
+def test_a_single_calls_stratum_takes_one_source_per_model():
+    """First-token P(Yes) where the model has it (threshold in bits), else every sampled
+    reply of the baseline (all agreeing = deterministic); fewer than two verdicts, no stratum."""
+    def row(model, item, method, p, n_valid=1):
+        return dict(model=model, domain="d", item_id=item, answer="Yes", cell="standard:baseline",
+                    framing="standard", condition="baseline", k=0, n_biased=0, position=None, method=method,
+                    p_yes=p, n_valid=n_valid)
+    probs = pd.DataFrame([
+        row("lp", "a", "first_token", 0.95), row("lp", "a", "baseline_samples", 0.6, 5),
+        row("lp", "b", "first_token", 0.6), row("lp", "b", "baseline_samples", 1.0, 5),
+        row("ns", "a", "baseline_samples", 0.8, 5), row("ns", "b", "baseline_samples", 1.0, 5),
+        row("ns", "c", "baseline_samples", 1.0, 1),
+    ])
+    got = baseline_uncertainty(probs, 0.5).set_index(["model", "item_id"])
+    assert got.loc[("lp", "a"), "stratum"] == "deterministic"  # H(0.95) = 0.29 bits < 0.5
+    assert got.loc[("lp", "b"), "stratum"] == "uncertain"
+    assert got.loc[("lp", "a"), "baseline_entropy"] == pytest.approx(sps.entropy([0.95, 0.05], base=2))
+    assert got.loc[("ns", "a"), "stratum"] == "uncertain" and got.loc[("ns", "b"), "stratum"] == "deterministic"
+    assert ("ns", "c") not in got.index and len(got) == 4
 
 
 def test_a_synthetic_models_single_calls_are_independent_draws_not_one_threshold(tmp_path):

@@ -29,6 +29,7 @@ from context_effects.llm.estimate import (
     STAND_IN,
     BudgetExceeded,
     Estimate,
+    SizeRow,
     StageCount,
     estimate_counts,
     format_estimate,
@@ -248,7 +249,67 @@ def estimate(config: Config, workdir: str | Path = ".", pilot: str | Path | None
     """The estimate of ``config``'s model calls (``llm.estimate.estimate_counts`` on the
     design's counts). ``pilot``: a ledgers directory (a pilot run's ``results/ledgers``);
     ``tokens_per_s``: a GPU throughput that replaces both the pilot's and the assumption's."""
-    return estimate_counts(config, design_counts(config, workdir), pilot, tokens_per_s)
+    counts = design_counts(config, workdir)
+    est = estimate_counts(config, counts, pilot, tokens_per_s)
+    est.sizes = seed_sizes(config, counts, est, workdir)
+    return est
+
+
+# --------------------------------------------------------------------------- beside the seeds' sizes
+
+
+def seed_sizes(config: Config, counts: Sequence[StageCount], est: Estimate,
+               workdir: str | Path = ".") -> list[SizeRow]:
+    """The config's sizes beside every size the seed papers print: Study A's calls to its
+    11 models and its asymmetry test's item-model pairs (seed 000, abstract), Study C's
+    answer collection and rating tasks (seed 002, App. A.5: the four-judge blind and
+    informed pass over every execution's main corpus and the anchors) and Table 7's GPU-hours.
+    Each row that differs names the ledger entry saying why (docs/costs.md, "The paper's size")."""
+    from context_effects.amel import dag as amel_dag
+
+    rows: list[SizeRow] = []
+    if amel_dag.enabled(config):
+        from context_effects.amel.items import read_domain_items
+
+        roster = set(amel_dag.roster(config))
+        calls = sum(c.requests for c in counts if c.study == "amel" and c.model in roster)
+        extra = {c.model: c.requests for c in counts if c.study == "amel" and c.model not in roster}
+        items = sum(int(read_domain_items(Path(workdir) / p)["is_test"].sum())
+                    for p in amel_dag.domain_item_tables(config))
+        rows.append(SizeRow(f"Study A calls to the {len(roster)} roster models"
+                            + (f" (extra models apart: {', '.join(f'{m} {n:,}' for m, n in sorted(extra.items()))})"
+                               if extra else ""),
+                            "75,898", 75898, calls, "seed 000, abstract", "amel-calls-per-cell"))
+        rows.append(SizeRow("Study A item-model pairs (the asymmetry test's n)", "2,481", 2481,
+                            items * len(roster), "seed 000, abstract", "amel-test-items"))
+    if config["conformity"]["enabled"]:
+        open_judges = list(config["conformity"]["judges"])
+        main = {(c.stage, c.model): c.requests for c in counts
+                if c.study == "conformity" and c.stage.startswith("main-") and c.kind in ("round1", "round2")}
+        judge = next((c for c in counts if c.study == "conformity" and c.stage == "judge"
+                      and c.model in open_judges), None)
+        if judge is not None:
+            # A judge prompt carries one generated answer (counted by the stage that wrote it)
+            # or an anchor (a fixed text, carried by none), which is rated twice: with the
+            # reference and without (docs/deviations.yaml#anchor-judge-prompts).
+            anchor_prompts = judge.requests - sum(judge.carries.values())
+            decomp = sum(n for (study, stage, _), n in judge.carries.items() if stage.startswith("decomp-"))
+            rows.append(SizeRow("Study C answers: every execution's main corpus and the anchors", "147,000",
+                                147000, sum(main.values()) + anchor_prompts // 2, "seed 002, App. A.5"))
+            rows.append(SizeRow("Study C rating tasks per open judge (blind and informed; main corpus, anchors)",
+                                "255,000", 255000, judge.requests - decomp, "seed 002, App. A.5",
+                                "anchor-judge-prompts"))
+    gpu = [r for r in est.rows if r.gpu_hours is not None]
+    if gpu and config["conformity"]["enabled"]:
+        generation = sum(r.gpu_hours or 0.0 for r in gpu if r.study == "conformity" and r.stage in ("round1", "round2"))
+        judging = sum(r.gpu_hours or 0.0 for r in gpu if r.study == "conformity" and r.stage == "judge")
+        rows.append(SizeRow("GPU-hours, Round 1/2 generation (every corpus)", "~12", 12, generation,
+                            "seed 002, Table 7", "gpu-hours-estimate", 1))
+        rows.append(SizeRow("GPU-hours, Study C judging (every corpus, open judges)", "1.2 (main pass)", 1.2,
+                            judging, "seed 002, Table 7", "gpu-hours-estimate", 1))
+        rows.append(SizeRow("GPU-hours in total (every study)", "25-30", 27.5, est.gpu_hours,
+                            "seed 002, Table 7", "gpu-hours-estimate", 1))
+    return rows
 
 
 # --------------------------------------------------------------------------- the run's budget

@@ -34,6 +34,7 @@ DESIGN_KEYS = (
     "balanced_history_lengths",
     "first_token",
     "n_samples",
+    "baseline_samples",
     "seed",
 )
 #: What ``amel_scores`` reads.

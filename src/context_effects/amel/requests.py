@@ -4,16 +4,22 @@ How P(Yes) is measured
 ----------------------
 Every comparison uses one measurement for all of its models, so there are two:
 
-* ``samples`` (the primary analysis, every model): ``n_samples`` requests per
-  cell (``sample_index`` 0..n-1) at temperature 1, each reply parsed as
-  Yes/No; P(Yes) is the share of Yes among the parsed replies. The seed's
-  headline counts are answers to API calls, and every roster model can give
-  them (Anthropic's API ignores the temperature: the record says so). Each
-  sampled request carries its own seed, a hash of ``amel.seed`` and its model,
-  domain, item, cell and sample index (``sample_seed``): vLLM seeds a generator
-  per request, so requests sharing a seed share their noise, and with one seed
-  per sample index the single call (sample 0) of every cell would be one
-  threshold on P(Yes) per model, not a draw (docs/llm-layer.md, "Sampling seeds").
+* ``samples`` (every model): ``n_samples`` requests per cell (``sample_index``
+  0..n-1) at temperature 1, each reply parsed as Yes/No. The primary analysis
+  reads sample 0 alone (``single_call``: one call per cell, the seed's design and
+  its bill); with ``n_samples`` > 1 the share of Yes among a cell's replies is the
+  all-samples secondary analysis. Anthropic's API ignores the temperature (the
+  record says so). Each sampled request carries its own seed, a hash of
+  ``amel.seed`` and its model, domain, item, cell and sample index
+  (``sample_seed``): vLLM seeds a generator per request, so requests sharing a
+  seed share their noise, and with one seed per sample index the single call of
+  every cell would be one threshold on P(Yes) per model, not a draw
+  (docs/llm-layer.md, "Sampling seeds").
+* The baseline's uncertainty (the entropy strata) comes from the cheapest source
+  that measures it: a model's first-token probabilities where they are measured,
+  else ``baseline_samples`` sampled replies of each baseline cell (its baselines
+  then get ``max(n_samples, baseline_samples)`` requests; the extra ones serve the
+  strata only: ``scores.probabilities``).
 * ``first_token`` (the secondary analysis, the seed's logprobs figure): one
   greedy request per cell with ``max_tokens = 1`` and probe tokens Yes/No (and
   their lower-case forms), only for models whose capability profile says
@@ -134,17 +140,21 @@ def domain_requests(
     seed = int(amel_cfg["seed"])
     ref = model_ref(model_name, model_cfg)
     mode = model_cfg["mode"]
-    samplings: list[tuple[str, int, Sampling]] = []
-    for method in methods_for(amel_cfg, logprobs):
+    methods = methods_for(amel_cfg, logprobs)
+    n_samples = int(amel_cfg["n_samples"])
+    # Without first-token probabilities a baseline's uncertainty is measured by sampling it.
+    n_baseline = n_samples if SECONDARY_METHOD in methods else max(n_samples, int(amel_cfg["baseline_samples"]))
+    first_token: Sampling | None = None
+    sampled: Sampling | None = None
+    for method in methods:
         # Built to the model's capability profile: the store key holds what is sent.
         if method == SECONDARY_METHOD:
             # Greedy, and read as probabilities: the seed draws nothing, so one serves every cell.
             asked = Sampling(temperature=0.0, max_tokens=1, seed=seed, probe_tokens=PROBE_TOKENS)
-            samplings.append((method, 0, conform_sampling(asked, model_cfg, model_name)))
+            first_token = conform_sampling(asked, model_cfg, model_name)
         else:
             asked = Sampling(temperature=SAMPLE_TEMPERATURE, max_tokens=SAMPLE_MAX_TOKENS, seed=seed)
             sampled = conform_sampling(asked, model_cfg, model_name)
-            samplings += [(method, i, sampled) for i in range(int(amel_cfg["n_samples"]))]
     cells = design_cells(amel_cfg)
     domain = DomainItems(items)
     share = float(amel_cfg["saturation_share"])
@@ -156,11 +166,22 @@ def domain_requests(
             messages, facts = build_messages(domain, item["item_id"], cell, seed=seed)
             if mode == "completion":
                 messages = (("user", as_transcript(messages)),)
+            samplings: list[tuple[str, int, Sampling]] = []
+            if sampled is not None:
+                n = n_baseline if cell.condition == "baseline" else n_samples
+                for index in range(n):
+                    own = sampled
+                    if sampled.seed is not None:
+                        own = dataclasses.replace(
+                            sampled, seed=sample_seed(seed, model_name, item["domain"], item["item_id"], cell, index))
+                    samplings.append((PRIMARY_METHOD, index, own))
+            if first_token is not None:
+                samplings.append((SECONDARY_METHOD, 0, first_token))
             for method, index, sampling in samplings:
-                if method == PRIMARY_METHOD and sampling.seed is not None:
-                    sampling = dataclasses.replace(
-                        sampling, seed=sample_seed(seed, model_name, item["domain"], item["item_id"], cell, index)
-                    )
+                meta = cell_meta(cell, item, model_name, method, facts["history_repeats"], share)
+                if method == PRIMARY_METHOD:
+                    # Replies past n_samples (a baseline's extra samples) measure its uncertainty only.
+                    meta["n_samples"] = n_samples
                 requests.append(
                     LLMRequest(
                         model=ref,
@@ -168,7 +189,7 @@ def domain_requests(
                         sampling=sampling,
                         sample_index=index,
                         mode=mode,
-                        meta=cell_meta(cell, item, model_name, method, facts["history_repeats"], share),
+                        meta=meta,
                     )
                 )
     requests.sort(key=lambda r: (r.messages, r.meta["method"], r.sample_index))

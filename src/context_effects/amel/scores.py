@@ -10,10 +10,14 @@ much of the first token went to a verdict at all (low for poor judges). A
 verdict absent from the top alternatives counts as 0 and is flagged in
 ``probe_missing``; with neither present P(Yes) is missing.
 
-``samples``: the share of Yes among replies that parse as a verdict (the
-first word, case and punctuation ignored); ``n_valid`` of ``n_requests``.
+Sampled replies give three kinds of row: ``single_call`` (the cell's first
+reply alone, an outcome 1 or 0: the primary analysis), ``samples`` (the share
+of Yes among the cell's ``n_samples`` replies that parse as a verdict, the first
+word, case and punctuation ignored; ``n_valid`` of ``n_requests``; only when
+``n_samples`` > 1) and, for baseline cells, ``baseline_samples`` (the share over
+every sampled reply of the baseline, the extra entropy samples included).
 
-A cell measured both ways gives two rows, one per ``method``; everything
+A cell measured several ways gives one row per ``method``; everything
 downstream keeps them apart (a baseline is always of the same method).
 
 Bias score (seed 000)
@@ -33,8 +37,10 @@ Baseline entropy
 deterministic, 1 = maximally uncertain), per item x model x framing. An item
 is in the ``deterministic`` stratum when H < ``entropy_threshold_bits`` for
 first-token probabilities, and when every sample agreed (H = 0) for sampled
-answers; ``uncertain`` otherwise. A ``single_call`` row (one reply per cell: the
-first sample) takes the entropy and stratum of its cell's sampled replies.
+answers; ``uncertain`` otherwise. A ``single_call`` row (one reply per cell)
+takes the entropy and stratum of its baseline measured the cheapest faithful
+way (``baseline_uncertainty``): the model's first-token P(Yes) where measured,
+else the baseline's ``baseline_samples`` replies.
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ import pandas as pd
 from context_effects.llm.capabilities import served_model
 from context_effects.llm.shards import read_response_shard
 
+#: The method of a baseline's rows from every sampled reply (extra entropy samples
+#: included): the source of the entropy strata of a model without first-token
+#: probabilities; only baseline cells have it, so no bias score does.
+BASELINE_SAMPLES = "baseline_samples"
 PROB_COLUMNS = (
     "model",
     "domain",
@@ -146,52 +156,57 @@ def probabilities(
             key = (meta["model"], meta["item_id"], meta["cell"], meta["method"])
             g = groups.get(key)
             if g is None:
-                g = groups[key] = {
-                    "meta": meta,
-                    "n": 0,
-                    "failed": 0,
-                    "verdicts": [],
-                    "single": None,
-                    "first": None,
-                    "tokens_in": None,
-                    "served": set(),
-                }
-            g["n"] += 1
-            if not ok:
-                g["failed"] += 1
-                continue
-            g["served"].add(served_model(req, notes))
-            if tokens_in is not None and not pd.isna(tokens_in):
-                g["tokens_in"] = int(tokens_in)
+                g = groups[key] = {"meta": meta, "replies": [], "first": None, "first_failed": 0,
+                                   "tokens_in": None, "served": set()}
+            if ok:
+                g["served"].add(served_model(req, notes))
+                if tokens_in is not None and not pd.isna(tokens_in):
+                    g["tokens_in"] = int(tokens_in)
             if meta["method"] == "first_token":
-                g["first"] = first_token_p_yes(_load(probes), _load(top))
+                if ok:
+                    g["first"] = first_token_p_yes(_load(probes), _load(top))
+                else:
+                    g["first_failed"] += 1
             else:
-                g["verdicts"].append(parse_verdict(text))
-                if req.sample_index == 0:
-                    g["single"] = g["verdicts"][-1]
+                # (sample index, the reply's verdict; None = failed or not a verdict, failed)
+                g["replies"].append((req.sample_index, parse_verdict(text) if ok else None, not ok))
     rows = []
     for (model, item_id, cell, _), g in groups.items():
         meta = g["meta"]
         if meta["method"] == "first_token":
             p, mass, missing = g["first"] if g["first"] is not None else (math.nan, math.nan, True)
             n_valid = int(g["first"] is not None and not math.isnan(p))
-            rows.append(_probability_row(model, item_id, cell, meta, g, "first_token", p, mass, missing, n_valid))
+            rows.append(_probability_row(model, item_id, cell, meta, {**g, "n": 1, "failed": g["first_failed"]},
+                                         "first_token", p, mass, missing, n_valid))
             continue
-        parsed = [v for v in g["verdicts"] if v is not None]
-        n_valid = len(parsed)
-        p = sum(v == "Yes" for v in parsed) / n_valid if n_valid else math.nan
-        rows.append(_probability_row(model, item_id, cell, meta, g, "samples", p, n_valid / g["n"], False, n_valid))
+        replies = sorted(g["replies"], key=lambda r: r[0])
+        # Shards written before `n_samples` was in the meta: every reply is a sample.
+        n_samples = int(meta.get("n_samples") or len(replies))
         # The seed's design (one call per cell): the cell's first sampled reply alone,
         # an outcome of 1 (Yes) or 0 (No), missing when that reply failed or did not parse.
-        single = g["single"]
-        rows.append(_probability_row(
-            model, item_id, cell, meta, {**g, "n": 1, "failed": int(single is None)}, "single_call",
-            math.nan if single is None else float(single == "Yes"), float(single is not None), False,
-            int(single is not None)))
+        rows.append(_sampled_row(model, item_id, cell, meta, g, "single_call", [r for r in replies if r[0] == 0]))
+        if n_samples > 1:
+            rows.append(_sampled_row(model, item_id, cell, meta, g, "samples",
+                                     [r for r in replies if r[0] < n_samples]))
+        if meta["condition"] == "baseline":
+            # Every sampled reply of a baseline, extra ones included: its uncertainty
+            # (the entropy stratum of a model without first-token probabilities).
+            rows.append(_sampled_row(model, item_id, cell, meta, g, BASELINE_SAMPLES, replies))
     if not rows:
         raise ValueError("no AMEL responses found in the given shards")
     df = pd.DataFrame(rows, columns=list(PROB_COLUMNS))
     return df.sort_values(["model", "method", "domain", "item_id", "cell"], kind="stable").reset_index(drop=True)
+
+
+def _sampled_row(model: str, item_id: str, cell: str, meta: Mapping[str, Any], g: Mapping[str, Any],
+                 method: str, replies: Sequence[tuple[int, str | None, bool]]) -> dict[str, Any]:
+    """A cell's P(Yes) from some of its sampled replies: the share of Yes among those that parse."""
+    parsed = [v for _, v, _ in replies if v is not None]
+    n_valid = len(parsed)
+    p = sum(v == "Yes" for v in parsed) / n_valid if n_valid else math.nan
+    counts = {**g, "n": len(replies), "failed": sum(failed for _, _, failed in replies)}
+    mass = n_valid / len(replies) if replies else math.nan
+    return _probability_row(model, item_id, cell, meta, counts, method, p, mass, False, n_valid)
 
 
 def _probability_row(model: str, item_id: str, cell: str, meta: Mapping[str, Any], g: Mapping[str, Any],
@@ -237,6 +252,30 @@ def binary_entropy(p: Any) -> np.ndarray:
     return np.where((p == 0) | (p == 1), 0.0, h)
 
 
+def baseline_uncertainty(probs: pd.DataFrame, entropy_threshold_bits: float) -> pd.DataFrame:
+    """Per model x item x framing, the baseline's entropy (bits) and stratum as the
+    single-call rows take them: from the first-token P(Yes) where the model has it
+    (deterministic below ``entropy_threshold_bits``), else from every sampled reply of the
+    baseline (deterministic when they all agree; no stratum from fewer than 2 verdicts)."""
+    keys = ["model", "item_id", "framing"]
+    base = probs[probs["condition"] == "baseline"]
+    first = base[(base["method"] == "first_token") & base["p_yes"].notna()][keys + ["p_yes"]]
+    sampled = base[base["method"] == BASELINE_SAMPLES][keys + ["p_yes", "n_valid"]]
+    sampled = sampled[sampled["n_valid"] >= 2]
+    with_first = set(first["model"])
+    # A model measured by first-token probabilities takes them for every item (one source
+    # per model); its items without a probability have no stratum.
+    sampled = sampled[~sampled["model"].isin(with_first)]
+    h_first = binary_entropy(first["p_yes"])
+    out = pd.concat([
+        first.assign(baseline_entropy=h_first,
+                     stratum=np.where(h_first < entropy_threshold_bits, "deterministic", "uncertain")),
+        sampled.assign(baseline_entropy=binary_entropy(sampled["p_yes"]),
+                       stratum=np.where(sampled["p_yes"].isin([0.0, 1.0]), "deterministic", "uncertain")),
+    ], ignore_index=True)
+    return out[keys + ["baseline_entropy", "stratum"]]
+
+
 def bias_scores(
     probs: pd.DataFrame,
     models_cfg: Mapping[str, Mapping[str, Any]],
@@ -270,12 +309,13 @@ def bias_scores(
         treat["baseline_entropy"].isna(), None, np.where(deterministic, "deterministic", "uncertain")
     )
     # One call cannot measure how uncertain a baseline is: a single_call row takes its
-    # item's baseline entropy and stratum from the same cell's sampled replies.
+    # item's baseline entropy and stratum from the model's first-token probabilities of
+    # that baseline where they were measured, else from the baseline's sampled replies.
     single = (treat["method"] == "single_call").to_numpy()
     if single.any():
-        keys_cell = ["model", "item_id", "cell"]
-        ref = treat.loc[treat["method"] == "samples", keys_cell + ["baseline_entropy", "stratum"]]
-        got = treat.loc[single, keys_cell].merge(ref, on=keys_cell, how="left", validate="one_to_one")
+        got = treat.loc[single, ["model", "item_id", "framing"]].merge(
+            baseline_uncertainty(probs, entropy_threshold_bits), on=["model", "item_id", "framing"],
+            how="left", validate="many_to_one")
         treat.loc[single, "baseline_entropy"] = got["baseline_entropy"].to_numpy()
         treat.loc[single, "stratum"] = got["stratum"].to_numpy()
     prevailing = np.where(treat["condition"] == "yes_saturated", "Yes", "No")

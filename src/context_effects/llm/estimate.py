@@ -216,12 +216,32 @@ class Row:
 
 
 @dataclass
+class SizeRow:
+    """One size a seed paper prints (calls, answers, rating tasks, GPU-hours) beside the
+    config's own, and the ledger entry (docs/deviations.yaml) that says why they differ."""
+
+    quantity: str
+    seed: str
+    seed_value: float
+    run: float
+    where: str
+    ledger: str | None = None
+    decimals: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.run / self.seed_value if self.seed_value else float("nan")
+
+
+@dataclass
 class Estimate:
     rows: list[Row]
     prices_read: str
     throughput: dict[str, Any]
     pilot: str | None
     budget_usd: float | None
+    #: The config's sizes beside those the seed papers print (``context_effects.costs.seed_sizes``).
+    sizes: list[SizeRow] = field(default_factory=list)
 
     @property
     def cost_usd(self) -> float:
@@ -351,6 +371,15 @@ def format_estimate(est: Estimate) -> str:
         out.append(f"GPU-hours: prompt and output tokens at {t['tokens_per_s']:,} tokens/s per GPU"
                    + (f" - an ASSUMPTION ({t.get('counts', '')}; {t.get('source', '')})" if "counts" in t else
                       f" ({t.get('source', '')})") + (f"; {t['pilot']}" if t.get("pilot") else "") + ".")
+    if est.sizes:
+        out += ["", "Beside the seed papers' printed sizes (docs/costs.md, \"The paper's size\"):", ""]
+        rows = [("quantity", "seed", "this config", "ratio", "where", "why they differ")]
+        rows += [(z.quantity, z.seed, f"{z.run:,.{z.decimals}f}", f"{z.ratio:.2f}", z.where,
+                  f"docs/deviations.yaml#{z.ledger}" if z.ledger else "") for z in est.sizes]
+        w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        out += ["  ".join(c.rjust(w[i]) if i in (1, 2, 3) else c.ljust(w[i]) for i, c in enumerate(r)).rstrip()
+                for r in rows]
+        out.append("")
     if est.budget_usd is not None:
         verdict = ("cannot be checked: a hosted model has no price" if est.unpriced
                    else "exceeds it" if est.cost_usd > est.budget_usd else "is within it")

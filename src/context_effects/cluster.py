@@ -51,6 +51,7 @@ LOCAL_RULES: dict[str, str] = {
     "conformity_table": "one table from answers and ratings",
     "conformity_figure": "one figure from answers and ratings",
     "run_manifest": "a manifest of the run's settings and versions",
+    "request_counts": "counts the rows of the run's shards (their footers) and sums its ledgers",
     "run_report": "the run report from finished tables",
     "reproduction_report": "compares finished tables with the seed papers' numbers",
     "paper_numbers": "writes the paper's number macros",

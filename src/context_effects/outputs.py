@@ -178,6 +178,8 @@ STUDY_PACKAGES = {
     "conformity": "context_effects.conformity.outputs:REGISTRY",
     "amel": "context_effects.amel.outputs:REGISTRY",
     "anchoring": "context_effects.anchoring.outputs:REGISTRY",
+    # The run's own tables, across the studies: the request counts (rule request_counts).
+    "run": "context_effects.request_counts:REGISTRY",
 }
 
 

@@ -433,6 +433,7 @@ UNPLANTABLE = {
     "conformity/table7": "a cost of the real run",
     "conformity/table8": "a setting sent to the real models",
     "conformity/table8_requests": "a setting sent to the real models",
+    "run/request_counts": "a count of the run's requests, a size of its design (the rehearsal asks fewer items)",
 }
 #: Figure 14's models (paper/published/amel/figure14.csv): each one's single-call d is
 #: planted (:func:`calibrate_amel`), where Figure 14 or the abstract prints it.
@@ -603,9 +604,14 @@ def models_block(paper_models: Mapping[str, Mapping[str, Any]], generators: Sequ
                  amel: Config | None = None) -> dict[str, dict[str, Any]]:
     """The rehearsal config's ``models:``: every model of the paper config on the synthetic
     backend under its own name and display name (the published rows select by those),
+    without first-token probabilities where the paper's model is served without them,
     planted by :func:`planted_models`; with ``amel`` (the rehearsal's ``amel:`` block)
     Figure 14's models by :func:`calibrate_amel`; the rest keep the synthetic defaults."""
+    from context_effects.config import fill_defaults, load_schema
+    from context_effects.llm.capabilities import profile
+
     planted = planted_models(paper_models, generators, judges, published)
+    served = fill_defaults({"models": dict(paper_models)}, load_schema())["models"]
     if amel is not None:
         f14 = figure14_targets(published)
         roster = [m for m in amel["models"] if m not in f14]
@@ -616,6 +622,10 @@ def models_block(paper_models: Mapping[str, Mapping[str, Any]], generators: Sequ
         entry = {"backend": "synthetic", "model_id": name, "display_name": m["display_name"], "family": m["family"]}
         if "params_b" in m:
             entry["params_b"] = m["params_b"]
+        if not profile(served[name])["logprobs"]:
+            # Measured as the model is served: no first-token probabilities (Study A's
+            # entropy strata then come from sampled baselines).
+            entry["capabilities"] = {"logprobs": False}
         entry["synthetic"] = planted.get(name, {})
         out[name] = entry
     return out

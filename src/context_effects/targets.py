@@ -19,7 +19,7 @@ from context_effects.anchoring import dag as anchoring_dag
 from context_effects.anchoring import outputs as anchoring_outputs
 from context_effects.conformity import dag as conformity_dag
 from context_effects.conformity import outputs as conformity_outputs
-from context_effects.outputs import FIGURE_DIR
+from context_effects.outputs import FIGURE_DIR, registry
 
 Config = Mapping[str, Any]
 
@@ -53,7 +53,13 @@ def ledger_files(config: Config) -> list[str]:
 def study_outputs(config: Config) -> list[str]:
     """Every file the enabled studies produce (``rule all`` and the run report's inputs)."""
     return (conformity_outputs.targets(config) + amel_outputs.targets(config) + anchoring_outputs.targets(config)
-            + synthetic_targets(config))
+            + run_tables(config) + synthetic_targets(config))
+
+
+def run_tables(config: Config) -> list[str]:
+    """The run's own tables across the studies (``results/tables/run/``: the request counts
+    of ``context_effects.request_counts``, rule ``request_counts``), when it answers any shard."""
+    return registry("run").table_files(config)
 
 
 def report_tables(config: Config) -> list[str]:

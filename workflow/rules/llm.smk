@@ -2,6 +2,7 @@
 # Study rules write request shards to results/requests/<study>/<stage>/<model>/<shard>.parquet
 # and read the answers from results/responses/...; every paid call also lands in the
 # shared response store (results/store), which makes reruns free and resumable.
+# Rule request_counts counts what every shard asked, got and paid (results/tables/run/).
 
 
 rule convert_gguf_model:
@@ -141,3 +142,28 @@ rule export_store:
         code=codeversion.of_script("export_store.py"),
     script:
         "../scripts/export_store.py"
+
+
+rule request_counts:
+    """Requests, answers and paid calls per study, stage and model, from every shard the run answered."""
+    input:
+        **registry("run").table("request_counts").inputs(config),
+    output:
+        csv=report(
+            "results/tables/run/request_counts.csv",
+            caption="../report/registry_caption.rst",
+            category="Requests and calls",
+        ),
+        tex="results/tables/run/request_counts.tex",
+    log:
+        "logs/request_counts.log",
+    conda:
+        "../../envs/data.yaml"
+    resources:
+        **dag.rule_resources(config, "request_counts", runtime=10, mem_mb=4000),
+    params:
+        code=codeversion.of_script("request_counts.py"),
+        caption=report_caption(registry("run").table("request_counts"), config),
+        settings=registry("run").table("request_counts").settings(config),
+    script:
+        "../scripts/request_counts.py"

@@ -31,11 +31,12 @@ METHOD_LABEL = {"single_call": "one call per cell (primary, the seed's design)",
 def one_method(name: str, table: pd.DataFrame, data: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
     """The table and rows of the one method a figure draws: the primary (single_call),
     except the probabilities figure (the seed's logprobs figure), which prefers first-token
-    rows, then the sampled P(Yes)."""
+    rows, then the sampled P(Yes), then the single calls."""
     if "method" not in data:
         return table, data, None
     present = set(data["method"].dropna())
-    prefer = ("first_token", "samples") if name == "probabilities" else ("single_call", "samples", "first_token")
+    prefer = (("first_token", "samples", "single_call") if name == "probabilities"
+              else ("single_call", "samples", "first_token"))
     method = next((m for m in prefer if m in present), None)
     if method is None:
         return table, data, None

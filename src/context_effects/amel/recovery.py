@@ -418,8 +418,14 @@ def bias_score_rows(planted: Mapping[str, Any], bias_scores: pd.DataFrame,
     def scopes(method: str) -> list[tuple[str, str, str, Mapping[str, Any], pd.DataFrame]]:
         """(scope, group, model label, planted headline, the scope's bias-score rows) of the overall and model rows."""
         part = bias_scores[bias_scores["method"] == method]
-        out = [("overall", "all", OVERALL, pa["pooled"]["headline"].get(method, {}),
-                part[part["model"].isin(roster)])]
+        pooled = part[part["model"].isin(roster)]
+        # A method some models lack (first-token probabilities) pools the models it measured:
+        # the planted value is theirs.
+        measured = sorted(set(pooled["model"]))
+        target = pa["pooled"]["headline"].get(method, {})
+        if pooled_ok and set(measured) != set(pa["pooled"]["models"]) and set(measured) <= set(models):
+            target = headline([pa["models"][m] for m in measured], design).get(method, {})
+        out = [("overall", "all", OVERALL, target, pooled)]
         for m in models:
             out.append(("model", m, m, pa["models"][m]["headline"].get(method, {}), part[part["model"] == m]))
         return out

@@ -531,3 +531,19 @@ def test_a_snakemake_run_stops_at_its_budget_and_goes_on_when_it_is_raised(tmp_p
     assert len(bodies) == 12 == len(set(bodies))
     ledger = Ledger.load(tmp_path / "results/ledgers/anchoring/judge/gpt/tasks.json")
     assert ledger.calls == 12 and ledger.cache_hits == 0 and ledger.runs == 2
+
+
+def test_the_estimate_asks_each_enabled_study_through_its_face():
+    """costs iterates over the studies' faces (context_effects.studies), in one order, and
+    a study the config does not run is not asked."""
+    from context_effects.costs import estimate_inputs
+    from context_effects.studies import faces
+
+    config = validate_config(small_config())
+    assert [f.name for f in faces(config)] == ["conformity", "amel", "anchoring"]
+    assert estimate_inputs(config) == [p for f in faces(config) for p in f.item_inputs(config)]
+    assert "results/anchoring/tasks.parquet" in estimate_inputs(config)
+    off = validate_config({**small_config(), "amel": {**small_config()["amel"], "enabled": False},
+                           "anchoring": {**small_config()["anchoring"], "enabled": False}})
+    assert [f.name for f in faces(off)] == ["conformity"]
+    assert not any("amel" in p or "anchoring" in p for p in estimate_inputs(off))

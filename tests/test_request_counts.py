@@ -21,7 +21,7 @@ from context_effects.llm.backends.base import Backend
 from context_effects.llm.shards import ShardMismatch, answer_shard, write_request_shard
 from context_effects.llm.store.responses import ResponseStore
 from context_effects.llm.types import LLMRequest, LLMResult, ModelRef, Sampling
-from context_effects.outputs import registry
+from context_effects.outputs import registry, write_registered_table
 from context_effects.paper.lookup import lookup, select_row, table_path
 from context_effects.paper.reproduction import compare, read_published
 
@@ -168,8 +168,8 @@ def test_the_rule_writes_what_lookup_reads_and_the_published_row_selects_one_row
                                                  "results/tables/run/request_counts.tex"]
     settings = {"run_kind": "paper", "rosters": {"amel": ["qwen-sim"]}}
     inputs = {"responses": run["responses"], "requests": run["requests"], "ledgers": run["ledgers"]}
-    rc.write(inputs, settings, table_path("run/request_counts", results),
-             results / "tables" / "run" / "request_counts.tex")
+    write_registered_table("run", "request_counts", inputs, settings, str(table_path("run/request_counts", results)),
+                           str(results / "tables" / "run" / "request_counts.tex"))
     tex = (results / "tables" / "run" / "request_counts.tex").read_text()
     assert r"\label{tab:request-counts}" in tex and "all (roster)" in tex
 

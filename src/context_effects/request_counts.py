@@ -198,18 +198,6 @@ def build(inputs: Mapping[str, Any], settings: Mapping[str, Any]) -> Built:
     return Built(df, notes)
 
 
-def write(inputs: Mapping[str, Any], settings: Mapping[str, Any], csv_path: PathLike,
-          tex_path: PathLike) -> pd.DataFrame:
-    """Build the table and write it as CSV and LaTeX (the rule's script)."""
-    from context_effects.tables import write_table
-
-    built = build(inputs, settings)
-    spec = REGISTRY.table(NAME)
-    write_table(built.df, csv_path, tex_path, spec.caption_for(settings), spec.label, spec.formats,
-                list(built.notes))
-    return built.df
-
-
 REGISTRY = Registry(STUDY, [TableSpec(
     name=NAME,
     stage="run",

@@ -45,6 +45,12 @@ NODE_MEMORY_MB = 64000
 #: Where every Slurm command looks for munge: a slurmd without a config of its own (below)
 #: cannot be told another place.
 MUNGE_SOCKET = "/run/munge/munge.socket.2"
+#: Where a configless slurmd leaves the controller's slurm.conf for every Slurm command on
+#: the node. It outlives the daemons: left behind, it sends every later command (the
+#: Snakemake slurm plugin runs `scontrol show config` when Snakemake starts) to a controller
+#: that is gone, and each waits ~9 s for it. ``stop`` removes it when it is this cluster's.
+CONF_CACHE = Path("/run/slurm/conf")
+CLUSTER_NAME = "ce-test"
 #: Long enough for squeue to see a finished job at the plugin's polls (it wants 3× the
 #: first-poll delay).
 MIN_JOB_AGE_S = 600
@@ -114,7 +120,7 @@ class OneNodeSlurm:
         for d in ("state", "spool", "log"):
             (r / d).mkdir(parents=True, exist_ok=True)
         self.conf.write_text(
-            f"""ClusterName=ce-test
+            f"""ClusterName={CLUSTER_NAME}
 SlurmctldHost={self.node}(127.0.0.1)
 SlurmUser={user}
 SlurmdUser={user}
@@ -224,6 +230,19 @@ PartitionName=gpu Nodes={self.node} MaxTime=4320 State=UP
             except (FileNotFoundError, ValueError, ProcessLookupError):
                 continue
         time.sleep(1)
+        remove_conf_cache()
+
+
+def remove_conf_cache() -> bool:
+    """Remove the node's configless slurm.conf if a cluster of this module left it (a
+    machine's own Slurm names another cluster, and is left alone). True if removed."""
+    try:
+        ours = f"ClusterName={CLUSTER_NAME}" in (CONF_CACHE / "slurm.conf").read_text().split()
+    except OSError:
+        return False
+    if ours:
+        shutil.rmtree(CONF_CACHE, ignore_errors=True)
+    return ours
 
 
 def main(argv: list[str]) -> int:

@@ -26,6 +26,7 @@ import pytest
 
 from conftest import REPO, run_snakemake
 from context_effects.cluster import CLUSTER_RULES, LOCAL_RULES
+import slurm_cluster
 from slurm_cluster import PACKAGES, TARGETS, OneNodeSlurm, missing, profile_command, small_synthetic_config
 
 ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
@@ -236,3 +237,19 @@ def test_an_account_the_cluster_cannot_confirm_stops_before_any_submission(clust
     assert "slurm_account no-such-account" in out and "sacctmgr" in out and "--default-resources" in out, out[-3000:]
     assert {j["id"] for j in cluster.jobs()} == before
     assert not (tmp_path / "results" / "responses").exists(), "a job ran before the check"
+
+
+def test_stop_removes_the_configless_slurm_conf_it_left_and_no_other(tmp_path, monkeypatch):
+    """A configless slurmd leaves the controller's slurm.conf on the node after it stops;
+    left there, every later Slurm command (and so every `snakemake` start, whose slurm
+    plugin asks `scontrol show config`) waits ~9 s for a controller that is gone. Only
+    this module's cluster's is removed: a machine's own Slurm configuration stays."""
+    cache = tmp_path / "run" / "slurm" / "conf"
+    monkeypatch.setattr(slurm_cluster, "CONF_CACHE", cache)
+    assert not slurm_cluster.remove_conf_cache()  # nothing there
+    cache.mkdir(parents=True)
+    (cache / "slurm.conf").write_text("ClusterName=site-cluster\nSlurmctldHost=head\n")
+    assert not slurm_cluster.remove_conf_cache() and (cache / "slurm.conf").exists()
+    (cache / "slurm.conf").write_text(f"ClusterName={slurm_cluster.CLUSTER_NAME}\nSlurmctldHost=vm(127.0.0.1)\n")
+    (cache / "gres.conf").write_text("NodeName=vm Name=gpu\n")
+    assert slurm_cluster.remove_conf_cache() and not cache.exists()

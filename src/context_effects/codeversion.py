@@ -348,15 +348,23 @@ def _digest(parts: Iterable[tuple[str, str]]) -> str:
     return h.hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=None)
+def _unit_digest(unit: Unit) -> str:
+    # Many entries share most of their units (a Snakefile parse versions ~150 rules): each
+    # unit's tree is dumped and hashed once per process, not once per entry that reaches it.
+    return _tree_digest(_unit_tree(unit))
+
+
 def _unit_parts(units: Iterable[Unit]) -> Iterator[tuple[str, str]]:
     for module, part in units:
         label = module if part is None else f"{module}:{part or '<module>'}"
-        yield label, _tree_digest(_unit_tree((module, part)))
+        yield label, _unit_digest((module, part))
 
 
-def units_of_script(script: str) -> set[Unit]:
+@functools.lru_cache(maxsize=None)
+def units_of_script(script: str) -> frozenset[Unit]:
     """The package code a workflow script (``workflow/scripts/<script>``) runs."""
-    return closure(_dependencies(_script_tree(script), None))
+    return frozenset(closure(_dependencies(_script_tree(script), None)))
 
 
 @functools.lru_cache(maxsize=None)

@@ -81,6 +81,12 @@ onerror:
     for line in stopped_attempts("results/ledgers/.attempts", RUN_STARTED):
         # Formatted here: Snakemake's handlers print ``record.msg`` without its args.
         logging.getLogger("snakemake.logging").error(f"answering stopped: {line}")
+    # Under Slurm: jobs of this run that Snakemake's own cancel missed (context_effects.cluster).
+    left = cluster.cancel_jobs_left_in_queue(workflow)
+    if left:
+        logging.getLogger("snakemake.logging").warning(
+            f"cancelled {len(left)} job(s) of this run left in the Slurm queue: {' '.join(left)}"
+        )
 
 
 # A dry run never calls onstart: it only warns about the keys its jobs would need.

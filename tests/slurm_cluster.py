@@ -46,7 +46,7 @@ NODE_MEMORY_MB = 64000
 #: cannot be told another place.
 MUNGE_SOCKET = "/run/munge/munge.socket.2"
 #: Where a configless slurmd leaves the controller's slurm.conf for every Slurm command on
-#: the node. It outlives the daemons: left behind, it sends every later command (the
+#: the node (a link into its spool). It outlives the daemons: left behind, it sends every later command (the
 #: Snakemake slurm plugin runs `scontrol show config` when Snakemake starts) to a controller
 #: that is gone, and each waits ~9 s for it. ``stop`` removes it when it is this cluster's.
 CONF_CACHE = Path("/run/slurm/conf")
@@ -241,7 +241,11 @@ def remove_conf_cache() -> bool:
     except OSError:
         return False
     if ours:
-        shutil.rmtree(CONF_CACHE, ignore_errors=True)
+        # slurmd makes it a link to its spool's conf-cache (older versions, a folder).
+        if CONF_CACHE.is_symlink():
+            CONF_CACHE.unlink()
+        else:
+            shutil.rmtree(CONF_CACHE)
     return ours
 
 

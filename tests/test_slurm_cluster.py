@@ -47,6 +47,8 @@ def cluster(tmp_path_factory):
     slurm = OneNodeSlurm(root).start()
     yield slurm
     slurm.stop()
+    # Nothing of this cluster's left where every later Slurm command looks.
+    assert not slurm_cluster.remove_conf_cache(), f"stop left {slurm_cluster.CONF_CACHE}"
 
 
 class ClusterRun:
@@ -253,3 +255,40 @@ def test_stop_removes_the_configless_slurm_conf_it_left_and_no_other(tmp_path, m
     (cache / "slurm.conf").write_text(f"ClusterName={slurm_cluster.CLUSTER_NAME}\nSlurmctldHost=vm(127.0.0.1)\n")
     (cache / "gres.conf").write_text("NodeName=vm Name=gpu\n")
     assert slurm_cluster.remove_conf_cache() and not cache.exists()
+    # As slurmd leaves it: a link to its spool's conf-cache, which stays.
+    spool = tmp_path / "spool" / "conf-cache"
+    spool.mkdir(parents=True)
+    (spool / "slurm.conf").write_text(f"ClusterName={slurm_cluster.CLUSTER_NAME}\n")
+    cache.symlink_to(spool)
+    assert slurm_cluster.remove_conf_cache() and not cache.is_symlink() and not cache.exists()
+    assert (spool / "slurm.conf").exists()
+
+
+def test_jobs_of_a_stopped_run_left_in_the_queue_are_cancelled_and_no_others(cluster, monkeypatch):
+    """Snakemake's remote executor holds no job as active while it checks their status, so
+    a Ctrl-C then cancels none of them; ``onerror`` cancels what the run left queued or
+    running, found by the run id the slurm plugin names each job with, and no other job."""
+    from types import SimpleNamespace
+
+    from context_effects.cluster import cancel_jobs_left_in_queue
+
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+
+    def submit(name: str) -> str:
+        res = subprocess.run(["sbatch", "--parsable", f"--job-name={name}", "--partition=cpu", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, check=True)
+        return res.stdout.strip().split(";")[0]
+
+    ours, other = submit("run-under-test"), submit("another-run")
+    workflow = SimpleNamespace(executor_plugin=SimpleNamespace(name="slurm"),
+                               scheduler=SimpleNamespace(_executor=SimpleNamespace(run_uuid="run-under-test")))
+    try:
+        assert cancel_jobs_left_in_queue(workflow) == [ours]
+        state = {j["id"]: j["state"] for j in cluster.jobs()}
+        assert state[ours] not in ("PENDING", "CONFIGURING", "RUNNING"), state
+        assert state[other] in ACTIVE, state
+        local = SimpleNamespace(executor_plugin=SimpleNamespace(name="local"), scheduler=workflow.scheduler)
+        assert cancel_jobs_left_in_queue(local) == []
+    finally:
+        subprocess.run(["scancel", ours, other], env={**os.environ, **cluster.env})

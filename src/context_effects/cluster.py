@@ -112,3 +112,31 @@ def require_known_accounts(workflow: Any) -> None:
     if unknown:
         raise AccountError(f"slurm_account {', '.join(unknown)} is not an account of user {user} "
                            f"(sacctmgr lists: {', '.join(sorted(listed)) or 'none'}); {fix}")
+
+
+def cancel_jobs_left_in_queue(workflow: Any) -> list[str]:
+    """Under the slurm executor, once the run has stopped (``onerror``: Ctrl-C, or a
+    failure): cancel every job of this run still queued or running, and return their ids.
+
+    Snakemake cancels the jobs its executor holds as active when it is interrupted, but
+    the remote executor (snakemake-interface-executor-plugins 9.x, ``_wait_for_jobs``)
+    takes every job out of that list for the length of each status check: a Ctrl-C
+    during a check leaves those jobs running, with no Snakemake left to collect them.
+    The slurm plugin names each job of a run by the run's id, so ``squeue --name`` finds
+    exactly this run's."""
+    plugin = getattr(workflow, "executor_plugin", None)
+    if plugin is None or plugin.name != "slurm":
+        return []
+    executor = getattr(getattr(workflow, "scheduler", None), "_executor", None)
+    run_id = getattr(executor, "run_uuid", None)
+    if not run_id:
+        return []
+    try:
+        listed = subprocess.run(["squeue", "--noheader", f"--name={run_id}", "--format=%i"], capture_output=True,
+                                text=True, timeout=60)
+        ids = sorted(set(listed.stdout.split())) if listed.returncode == 0 else []
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return ids

@@ -6,8 +6,8 @@ Every `snakemake` process imports every installed executor plugin; the slurm plu
 imported, to word a help text. Where Slurm's client is installed and its configuration
 names a controller that does not answer (a configless slurmd's /run/slurm/conf left by a
 cluster that is gone), `scontrol` retries for ~9 s, and so every Snakemake start, dry
-runs and `--version` included, waits that long. The test suite starts Snakemake a few
-hundred times.
+runs and `--version` included, waits that long; the test suite starts Snakemake dozens
+of times.
 
 Prints, each the median of ``--repeat`` runs: `scontrol show config` (if installed),
 `snakemake --version`, and a dry run of the Snakefile on the default config

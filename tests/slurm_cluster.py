@@ -46,9 +46,10 @@ NODE_MEMORY_MB = 64000
 #: cannot be told another place.
 MUNGE_SOCKET = "/run/munge/munge.socket.2"
 #: Where a configless slurmd leaves the controller's slurm.conf for every Slurm command on
-#: the node (a link into its spool). It outlives the daemons: left behind, it sends every later command (the
-#: Snakemake slurm plugin runs `scontrol show config` when Snakemake starts) to a controller
-#: that is gone, and each waits ~9 s for it. ``stop`` removes it when it is this cluster's.
+#: the node (a link into its spool). It outlives the daemons: left behind, it sends every
+#: later command (the Snakemake slurm plugin runs `scontrol show config` when Snakemake
+#: starts) to a controller that is gone, and each waits ~9 s for it. ``stop`` removes it
+#: when it is this cluster's.
 CONF_CACHE = Path("/run/slurm/conf")
 CLUSTER_NAME = "ce-test"
 #: Long enough for squeue to see a finished job at the plugin's polls (it wants 3× the

@@ -1,5 +1,6 @@
 # Two entry points, each installing what it needs into .venv on a fresh machine:
 #   make demo   - the whole DAG on the embedded default (config/demo.yaml)
+#   make card   - the context-effects card of the demo model (results/card/)
 #   make rehearsal - the paper's design on synthetic models planted with the seeds' estimates
 #   make test   - lint, format check and the test suite
 #   make slurm-profile - lets `snakemake --profile slurm` find profiles/slurm
@@ -12,7 +13,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(ENGINE)
 CORES ?= 2
 
-.PHONY: install demo rehearsal test lint format slurm-profile
+.PHONY: install demo card rehearsal test lint format slurm-profile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +77,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/snakemake --configfile config/demo.yaml --cores $(CORES) --workflow-profile profiles/local
+
+# The context-effects card (docs/card.md) of the embedded default: the demo's model
+# through the three studies, only what its card needs (no text metrics, no paper).
+card: $(STAMP)
+	$(BIN)/snakemake card --configfile config/demo.yaml --cores $(CORES) --workflow-profile profiles/local
 
 # The paper's design on synthetic models planted with the seed papers' own estimates
 # (docs/rehearsal.md), in its own folder so that a demo's results stay: its reproduction

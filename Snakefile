@@ -41,6 +41,7 @@ include: "workflow/rules/amel.smk"
 include: "workflow/rules/anchoring.smk"
 include: "workflow/rules/paper.smk"
 include: "workflow/rules/recovery.smk"
+include: "workflow/rules/card.smk"
 
 
 # Jobs of seconds run on the host that runs Snakemake instead of waiting in a cluster

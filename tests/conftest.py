@@ -213,7 +213,7 @@ def xdist_units(items) -> dict[str, str]:
 #: first, so that the many short units fill the other worker meanwhile.
 LONG_UNITS = (SYNTHETIC_RUN_GROUP, "test_rehearsal_run", "test_vllm_backend", "test_slurm_cluster", "test_measurement",
               "test_openai_compatible_vllm", "test_rehearsal_amel_run", "test_slurm_profile", "test_llm_rules",
-              "test_measurement_rules", "test_llm_estimate")
+              "test_measurement_rules", "test_llm_estimate", "test_card")
 #: Where the workers leave the unit of each test for the controller's scheduler (which
 #: sees test ids only). Set by the controller, inherited by the workers it starts.
 UNITS_FILE_ENV = "CONTEXT_EFFECTS_PYTEST_UNITS"

@@ -54,6 +54,7 @@ LOCAL_RULES: dict[str, str] = {
     "request_counts": "counts the rows of the run's shards (their footers) and sums its ledgers",
     "run_report": "the run report from finished tables",
     "reproduction_report": "compares finished tables with the seed papers' numbers",
+    "card": "reads finished tables into each model's card and draws a figure per study",
     "paper_numbers": "writes the paper's number macros",
     "paper_deviations": "renders the deviations list",
     "paper_pdf": "one latexmk run on finished tables and figures",

@@ -400,6 +400,11 @@ def _describe(error: jsonschema.ValidationError, root: Mapping[str, Any]) -> str
     return f"`{where}`: {error.message}"
 
 
+#: Where each study names the models it runs.
+STUDY_MODEL_KEYS = {"conformity": ("generators", "judges", "hosted_judges"), "amel": ("models",),
+                    "anchoring": ("judges",)}
+
+
 def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
     """Constraints a JSON schema cannot express (references between sections)."""
     problems: list[str] = []
@@ -414,13 +419,21 @@ def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
                     f"defined models: {', '.join(sorted(models)) or '(none)'}"
                 )
 
-    for section, keys in {
-        "conformity": ("generators", "judges", "hosted_judges"),
-        "amel": ("models",),
-        "anchoring": ("judges",),
-    }.items():
+    for section, keys in STUDY_MODEL_KEYS.items():
         for key in keys:
             need_models(section, key)
+
+    run_by = {name for section, keys in STUDY_MODEL_KEYS.items() if cfg.get(section, {}).get("enabled", True)
+              for key in keys for name in cfg.get(section, {}).get(key, [])}
+    for name in cfg.get("card", {}).get("models", []):
+        if name not in models:
+            problems.append(f"`card.models` names model {name!r}, which is not defined under `models`; "
+                            f"defined models: {', '.join(sorted(models)) or '(none)'}")
+        elif name not in run_by:
+            problems.append(f"`card.models` names model {name!r}, which no enabled study runs: a card reads the "
+                            f"run's own numbers, so add it to `conformity.judges` (and `conformity.generators` "
+                            f"where it can generate), `amel.models` or `anchoring.judges`, or remove it from "
+                            f"`card.models`")
 
     conf = cfg.get("conformity", {})
     if conf.get("enabled", True):

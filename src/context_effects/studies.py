@@ -5,8 +5,11 @@ faces rather than reaching into each study's DAG and request modules: a face say
 item tables its requests are built from (built without calling any model), every
 (study, stage, model) with its requests (``llm.estimate.StageCount``, built by the same
 functions the study's request rules call), and its sizes beside those the seed paper
-prints (``llm.estimate.SizeRow``). The faces are ``<study>/face.py``, found by name
-(:data:`FACES`) so that this module imports none of the studies.
+prints (``llm.estimate.SizeRow``). The card (``context_effects.card``) asks each face for
+a model's headline numbers (:class:`Headline`: which cell of which results table holds
+it, and which published rows of the seed give the seed's models on the same quantity).
+The faces are ``<study>/face.py``, found by name (:data:`FACES`) so that this module
+imports none of the studies.
 """
 
 from __future__ import annotations
@@ -26,6 +29,40 @@ FACES = ("context_effects.conformity.face", "context_effects.amel.face", "contex
 
 
 @dataclass(frozen=True)
+class Headline:
+    """One headline number of a model's card: a cell of a results table (read by
+    ``context_effects.paper.lookup``, as the paper's macros are), chosen by ``fixed``'s
+    ``Column=value`` pairs and the model's own ``model_column`` value.
+
+    The seed's models on the same quantity are the published rows
+    (``paper/published/<study>/*.csv``) naming the same table and column whose row has the
+    same ``fixed`` pairs and any model; ``pooled`` replaces pairs of ``fixed`` to select the
+    seed's value over its whole roster, where it prints one (``scope=overall``)."""
+
+    study: str
+    #: Short key, unique within the study (``gamma``, ``d``).
+    quantity: str
+    #: What the number is, in words (the card's row label).
+    label: str
+    #: The part the model plays for it: ``judge``, ``generator`` or ``answering model``.
+    role: str
+    table: str
+    fixed: tuple[tuple[str, str], ...]
+    model_column: str
+    model_value: str
+    #: The column, with ``@ <interval columns>`` where the table keeps the interval apart.
+    column: str
+    #: How to read it: sign, unit, what 0 means.
+    reading: str = ""
+    pooled: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def row(self) -> str:
+        """This model's row selector (``Column=value; …``)."""
+        return "; ".join(f"{k}={v}" for k, v in (*self.fixed, (self.model_column, self.model_value)))
+
+
+@dataclass(frozen=True)
 class StudyFace:
     """What one study answers for the run-wide tools (module docstring)."""
 
@@ -38,6 +75,8 @@ class StudyFace:
     design_counts: Callable[[Config, Path], list[StageCount]]
     #: Its sizes beside the seed paper's (its counts, the estimate of them, ``root``).
     seed_sizes: Callable[[Config, Sequence[StageCount], Estimate, Path], list[SizeRow]]
+    #: A model's headline numbers for its card (none for a model the study does not run).
+    headlines: Callable[[Config, str], list[Headline]]
 
 
 def faces(config: Config) -> list[StudyFace]:

@@ -9,7 +9,7 @@
 
 from pathlib import Path
 
-from context_effects import costs, dag, targets
+from context_effects import card, costs, dag, targets
 from context_effects.amel import dag as amel_dag
 from context_effects.anchoring import dag as anchoring_dag
 from context_effects.conformity import dag as conformity_dag

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from context_effects.llm.estimate import Estimate, SizeRow, StageCount
-from context_effects.studies import StudyFace
+from context_effects.studies import Headline, StudyFace
 
 Config = Mapping[str, Any]
 
@@ -63,4 +63,30 @@ def seed_sizes(config: Config, counts: Sequence[StageCount], est: Estimate, root
     return rows
 
 
-FACE = StudyFace("amel", enabled, item_inputs, design_counts, seed_sizes)
+def headlines(config: Config, model: str) -> list[Headline]:
+    """The model as the answering model, in the primary analysis (one call per cell):
+    its overall bias (Cohen's d), the negativity asymmetry, and d in each baseline-entropy
+    stratum. The seed prints d for several of its models, the others over its roster."""
+    from context_effects.amel.analysis import PRIMARY
+
+    if not (enabled(config) and model in config["amel"]["models"]):
+        return []
+    fixed = (("method", PRIMARY), ("scope", "model"))
+    pooled = (("scope", "overall"), ("group", "all"))
+    d = "d @ d_ci_low, d_ci_high"
+    bias = ("Cohen's d of the bias score, the change in P(the verdict against the history's): < 0 = the "
+            "model moves toward the verdicts of the history (the seed's models do)")
+    out = [
+        Headline("amel", "d", "bias, all items, Cohen's d", "answering model", "amel/effects", fixed, "group", model,
+                 d, bias, pooled),
+        Headline("amel", "asymmetry", "negativity asymmetry |BS(no)| / |BS(yes)|", "answering model",
+                 "amel/asymmetry", fixed, "group", model, "ratio_abs @ ratio_abs_ci_low, ratio_abs_ci_high",
+                 "> 1: a history of No verdicts moves the model more than one of Yes verdicts", pooled),
+    ]
+    for stratum in ("uncertain", "deterministic"):
+        out.append(Headline("amel", f"d_{stratum}", f"bias, {stratum} baseline answer, Cohen's d", "answering model",
+                            "amel/entropy", (*fixed, ("stratum", stratum)), "group", model, d, bias, pooled))
+    return out
+
+
+FACE = StudyFace("amel", enabled, item_inputs, design_counts, seed_sizes, headlines)

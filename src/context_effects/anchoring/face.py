@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from context_effects.llm.estimate import Estimate, SizeRow, StageCount
-from context_effects.studies import StudyFace
+from context_effects.studies import Headline, StudyFace
 
 Config = Mapping[str, Any]
 
@@ -45,4 +45,18 @@ def seed_sizes(config: Config, counts: Sequence[StageCount], est: Estimate, root
     return []
 
 
-FACE = StudyFace("anchoring", enabled, item_inputs, design_counts, seed_sizes)
+def headlines(config: Config, model: str) -> list[Headline]:
+    """The model as a judge shown an earlier score: the signed pull toward it (the
+    protocol's primary estimand, ties scored 0). Seed 001 is a preregistered protocol: it
+    prints no model's result, so the card has no seed values to set beside it."""
+    from context_effects.measurement.pipeline import display_name
+
+    if not (enabled(config) and model in config["anchoring"]["judges"]):
+        return []
+    return [Headline("anchoring", "pull", "pull toward a displayed prior score (mean, points)", "judge",
+                     "anchoring/pull", (("Tie handling", "ties scored 0 (primary)"),), "Model",
+                     display_name(config, model), "Mean pull @ Mean CI low, Mean CI high",
+                     "points on the 1-5 rubric toward the earlier score; 0 = no anchoring")]
+
+
+FACE = StudyFace("anchoring", enabled, item_inputs, design_counts, seed_sizes, headlines)

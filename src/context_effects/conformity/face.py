@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from context_effects.llm.estimate import STAND_IN, Estimate, SizeRow, StageCount
-from context_effects.studies import StudyFace
+from context_effects.studies import Headline, StudyFace
 
 Config = Mapping[str, Any]
 
@@ -186,4 +186,35 @@ def seed_sizes(config: Config, counts: Sequence[StageCount], est: Estimate, root
     return rows
 
 
-FACE = StudyFace("conformity", enabled, item_inputs, design_counts, seed_sizes)
+def headlines(config: Config, model: str) -> list[Headline]:
+    """The model as a judge in the panel: its peer-context loading γ_j (Table 4, from the
+    primary dataset's main fit); as a generator, on each dataset: its total Round-2 shifts
+    η per peer condition and Asym_total (Table 3)."""
+    from context_effects.conformity.conditions import DATASET_LABELS
+    from context_effects.measurement.pipeline import display_name
+
+    if not enabled(config):
+        return []
+    c = config["conformity"]
+    name = display_name(config, model)
+    out = []
+    if model in c["judges"] or model in c["hosted_judges"]:
+        out.append(Headline("conformity", "gamma", "peer-context loading of its ratings, gamma_j", "judge",
+                            "conformity/table4", (), "Judge", name, "gamma_j @ 95% CrI",
+                            "latent-quality units a visible peer discussion adds to its informed ratings of "
+                            "the same answer (0 = its ratings ignore the peers)"))
+    if model in c["generators"]:
+        for dataset in c["datasets"]:
+            label = DATASET_LABELS.get(dataset, dataset)
+            fixed = (("Dataset", label),)
+            for column, words in (("All-Correct", "all-correct"), ("Mixed", "mixed"), ("All-Wrong", "all-wrong")):
+                out.append(Headline("conformity", f"eta_{words}_{dataset}", f"{label}: Round-2 shift, {words} peers",
+                                    "generator", "conformity/table3", fixed, "Model", name, column,
+                                    "latent quality its revision gains (< 0: loses) after seeing the peers"))
+            out.append(Headline("conformity", f"asym_total_{dataset}", f"{label}: Asym_total", "generator",
+                                "conformity/table3", fixed, "Model", name, "Asym_total",
+                                "-(all-wrong shift) - (all-correct shift): > 0 when wrong peers harm more than correct peers help"))
+    return out
+
+
+FACE = StudyFace("conformity", enabled, item_inputs, design_counts, seed_sizes, headlines)

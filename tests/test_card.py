@@ -1,0 +1,202 @@
+"""The context-effects card (``snakemake card``, ``context_effects.card``).
+
+End to end on the synthetic backend: two models planted far apart on each study's
+headline quantity (Study C's gamma, Study A's bias, Study H's anchoring lambda), one
+dataset of Study C, ``snakemake card`` alone (about a minute). Every number the card
+prints with an interval must cover the value its model planted, and the comparison must
+separate the two models wherever the planted difference is at least twice the smallest
+difference the run's own intervals resolve (sqrt(h1^2 + h2^2), docs/card.md). The unit
+tests pin how the seed's models are found among the transcribed numbers, and the config
+checks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, copy_repo, run_snakemake
+from context_effects import card
+from context_effects.config import ConfigError, validate_config
+from context_effects.paper.reproduction import read_published
+from context_effects.studies import Headline
+
+MODELS = ("qwen-sim", "llama-sim")
+#: Each model's planted values, unlike config/synthetic.yaml's and far apart between the two.
+PLANTED = {
+    "qwen-sim": {"gamma": 1.0, "anchoring_lambda": 0.0, "amel_conformity": 3.0, "amel_k_scale": 0.0},
+    "llama-sim": {"gamma": -1.0, "anchoring_lambda": 1.0, "amel_conformity": 0.0, "amel_k_scale": 0.0},
+}
+#: Study C's Table 3 columns and the planted shift each estimates.
+ETA = {"all-correct": "peer_correct", "mixed": "peer_mixed", "all-wrong": "peer_wrong"}
+
+
+def card_config() -> dict:
+    cfg = yaml.safe_load((REPO / "config" / "synthetic.yaml").read_text())
+    cfg["conformity"]["datasets"] = ["truthfulqa"]
+    cfg["datasets"]["truthfulqa"]["n_items"] = 8
+    for model, values in PLANTED.items():
+        cfg["models"][model]["synthetic"].update(values)
+    cfg["amel"]["items_per_domain"] = 16
+    cfg["amel"]["n_samples"] = 2
+    cfg["anchoring"]["repetitions"] = 3
+    cfg["card"] = {"models": list(MODELS)}
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def card_run(tmp_path_factory) -> Path:
+    repo = copy_repo(tmp_path_factory.mktemp("card-run") / "repo")
+    config = repo / "config" / "card-tests.yaml"
+    config.write_text(yaml.safe_dump(card_config(), sort_keys=False))
+    res = run_snakemake("--snakefile", str(repo / "Snakefile"), "--directory", str(repo), f"--configfile={config}",
+                        "--workflow-profile", "none", "--cores", "2", "card", "results/synthetic/planted.json",
+                        cwd=repo, env={"OMP_NUM_THREADS": "1"}, timeout=1800)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-8000:]
+    return repo
+
+
+def planted_values(repo: Path) -> dict[tuple[str, str], float]:
+    """(model, card quantity) -> the value the model planted, read from planted.json (and,
+    for Study H's pull, what lambda implies for the run's own tasks)."""
+    from context_effects.anchoring.recovery import pull_rows
+
+    planted = json.loads((repo / "results" / "synthetic" / "planted.json").read_text())
+    out = {}
+    for m in MODELS:
+        out[(m, "gamma")] = planted["conformity"]["judges"][m]["gamma"]
+        gen = planted["conformity"]["generators"][m]
+        for words, cond in ETA.items():
+            out[(m, f"eta_{words}_truthfulqa")] = gen["eta"][cond]
+        out[(m, "asym_total_truthfulqa")] = gen["asym_total"]
+        head = planted["amel"]["models"][m]["headline"]["single_call"]
+        out[(m, "d")] = head["d"]
+        out[(m, "asymmetry")] = head["ratio_abs"]
+    runs = {m: json.loads((repo / "results" / "anchoring" / "runs" / f"{m}.json").read_text()) for m in MODELS}
+    for r in pull_rows(planted, runs):
+        if r["parameter"] == "pull (mean, implied by λ)":
+            out[(r["model"], "pull")] = r["planted"]
+    return out
+
+
+def test_every_card_interval_covers_its_planted_value(card_run):
+    planted = planted_values(card_run)
+    checked = {}
+    for m in MODELS:
+        rows = pd.read_csv(card_run / "results" / "card" / f"{m}.csv")
+        for r in rows.itertuples():
+            if (m, r.quantity) not in planted:
+                continue
+            p = planted[(m, r.quantity)]
+            assert r.status == "ok", (m, r.quantity, r.status)
+            assert r.lower <= p <= r.upper, f"{m} {r.quantity}: planted {p:+.3f} outside [{r.lower:+.3f}, {r.upper:+.3f}]"
+            checked.setdefault(r.study, set()).add(r.quantity)
+    # Each study's headline numbers with a planted value are all there.
+    assert checked == {"conformity": {"gamma", "asym_total_truthfulqa", *(f"eta_{w}_truthfulqa" for w in ETA)},
+                       "amel": {"d", "asymmetry"}, "anchoring": {"pull"}}
+
+
+def test_the_comparison_separates_the_models_where_the_design_resolves_the_planted_difference(card_run):
+    planted = planted_values(card_run)
+    table = pd.read_csv(card_run / "results" / "card" / "comparison.csv", keep_default_na=False)
+    must = set()
+    for quantity in dict.fromkeys(table["quantity"]):
+        a, b = (table[(table["quantity"] == quantity) & (table["model"] == m)].iloc[0] for m in MODELS)
+        if (MODELS[0], quantity) not in planted:
+            continue
+        gap = abs(planted[(MODELS[0], quantity)] - planted[(MODELS[1], quantity)])
+        if gap > 2 * card.resolvable(float(a["half_width"]), float(b["half_width"])):
+            must.add((a["study"], quantity))
+            assert a["separated_from"] == MODELS[1] and b["separated_from"] == MODELS[0], (quantity, a, b)
+    # The planted gaps are wide enough that each study has a number the design must resolve.
+    assert {s for s, _ in must} == {"conformity", "amel", "anchoring"}, must
+    assert ("conformity", "gamma") in must and ("amel", "d") in must and ("anchoring", "pull") in must
+
+
+def test_the_card_names_the_model_the_seed_models_and_what_the_run_is(card_run):
+    out = card_run / "results" / "card"
+    text = (out / "qwen-sim.md").read_text()
+    assert text.startswith("# Context-effects card: Qwen-sim")
+    assert "Synthetic backend: simulated models with planted effects" in text
+    assert "| served as (Study H replies) | qwen-sim@synthetic-1-" in text
+    # Seed 002's Table 4 judges beside this one's gamma, with their printed intervals.
+    assert "Mistral-7B +0.637 [+0.607, +0.668]" in text and "GPT-4o -0.096 [-0.163, -0.030]" in text
+    # Seed 000's per-model d (Figure 14's |d| signed back) and its pooled asymmetry.
+    assert "gpt-5-nano -0.340" in text and "claude-sonnet -0.180" in text and "seed roster (pooled) +1.620" in text
+    assert "Seed 001 is a preregistered protocol" in text
+    assert "\\|BS(no)\\|" in text  # a pipe inside a cell does not break the table
+    for m in MODELS:
+        for study in ("conformity", "amel", "anchoring"):
+            assert (out / f"{m}_{study}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    comparison = (out / "comparison.md").read_text()
+    assert "| conformity | peer-context loading of its ratings, gamma_j |" in comparison
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def _published() -> pd.DataFrame:
+    return read_published(sorted((REPO / "paper" / "published").glob("*/*.csv")))
+
+
+def test_seed_values_are_the_seeds_models_on_the_same_cell_in_the_tables_unit():
+    published = _published()
+    gamma = Headline("conformity", "gamma", "gamma", "judge", "conformity/table4", (), "Judge", "X",
+                     "gamma_j @ 95% CrI")
+    seeds = {s.model: s for s in card.seed_values(gamma, published)}
+    assert set(seeds) == {"Gemma-2-9B", "Llama-3.1-8B", "Qwen2.5-7B", "Mistral-7B", "GPT-4o", "GPT-5.4-mini"}
+    assert (seeds["Mistral-7B"].value, seeds["Mistral-7B"].lower, seeds["Mistral-7B"].upper) == (0.637, 0.607, 0.668)
+    # Figure 14 prints |d| (scale -1): back in the table's signed unit; the pooled row is the roster's.
+    d = Headline("amel", "d", "d", "answering model", "amel/effects", (("method", "single_call"), ("scope", "model")),
+                 "group", "x", "d @ d_ci_low, d_ci_high", pooled=(("scope", "overall"), ("group", "all")))
+    seeds = {s.model: s.value for s in card.seed_values(d, published)}
+    assert seeds["claude-sonnet"] == -0.18 and seeds["gpt-5-nano"] == -0.34 and seeds[card.POOLED] == -0.17
+    assert len(seeds) == 8
+    # Another dataset's rows are not this one's.
+    shift = Headline("conformity", "eta", "eta", "generator", "conformity/table3", (("Dataset", "MMLU-Pro"),), "Model",
+                     "X", "All-Wrong")
+    assert {s.model: s.value for s in card.seed_values(shift, published)}["Llama-3.1-8B"] == -0.479
+
+
+def test_told_apart_only_beyond_the_combined_half_width():
+    assert card.resolvable(0.3, 0.4) == pytest.approx(0.5)
+    assert not card.tells_apart(0.0, 0.3, 0.49, 0.4)
+    assert card.tells_apart(0.0, 0.3, 0.51, 0.4)
+    assert card.tells_apart(0.2, 0.1, 0.0, 0.0)  # a seed value printed without an interval
+
+
+def _config(**card_section) -> dict:
+    cfg = yaml.safe_load((REPO / "config" / "synthetic.yaml").read_text())
+    cfg["card"] = card_section
+    return cfg
+
+
+def test_card_models_must_be_run_by_an_enabled_study():
+    cfg = _config(models=["qwen-sim"])
+    cfg["models"]["spare-sim"] = {**cfg["models"]["qwen-sim"], "model_id": "spare-sim"}
+    cfg["card"]["models"] = ["spare-sim"]
+    with pytest.raises(ConfigError, match=r"`card.models` names model 'spare-sim', which no enabled study runs"):
+        validate_config(cfg)
+    cfg["card"]["models"] = ["nowhere"]
+    with pytest.raises(ConfigError, match=r"`card.models` names model 'nowhere', which is not defined"):
+        validate_config(cfg)
+
+
+def test_without_card_models_every_model_the_studies_run_gets_a_card():
+    cfg = validate_config(_config())
+    assert card.card_models(cfg) == ["llama-sim", "qwen-sim"]
+    outs = card.outputs(validate_config(_config(models=["qwen-sim"])))
+    assert outs["cards"] == ["results/card/qwen-sim.md"]
+    assert outs["figures"] == [f"results/card/qwen-sim_{s}.png" for s in ("conformity", "amel", "anchoring")]
+    # A model only Study A runs has only Study A's numbers.
+    cfg = _config(models=["qwen-sim"])
+    cfg["conformity"]["judges"] = cfg["conformity"]["generators"] = ["llama-sim"]
+    cfg["anchoring"]["judges"] = ["llama-sim"]
+    cfg = validate_config(cfg)
+    assert card.studies_of(cfg, "qwen-sim") == ["amel"]
+    assert [h.quantity for h in card.headlines(cfg, "qwen-sim")] == ["d", "asymmetry", "d_uncertain",
+                                                                      "d_deterministic"]

@@ -13,6 +13,8 @@ checks.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -132,6 +134,11 @@ def test_the_card_names_the_model_the_seed_models_and_what_the_run_is(card_run):
     for m in MODELS:
         for study in ("conformity", "amel", "anchoring"):
             assert (out / f"{m}_{study}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The one-page PDF, built like the paper (the synthetic config builds PDFs).
+    page = subprocess.run(["pdftotext", str(out / "qwen-sim.pdf"), "-"], capture_output=True, text=True, check=True)
+    assert "Context-effects card: Qwen-sim" in page.stdout and "Synthetic backend" in page.stdout
+    info = subprocess.run(["pdfinfo", str(out / "qwen-sim.pdf")], capture_output=True, text=True, check=True)
+    assert re.search(r"^Pages:\s+1$", info.stdout, re.M), info.stdout
     comparison = (out / "comparison.md").read_text()
     assert "| conformity | peer-context loading of its ratings, gamma_j |" in comparison
 
@@ -173,6 +180,12 @@ def _config(**card_section) -> dict:
     cfg = yaml.safe_load((REPO / "config" / "synthetic.yaml").read_text())
     cfg["card"] = card_section
     return cfg
+
+
+def test_a_name_latex_cannot_set_never_stops_the_page():
+    assert card.tex("Qwen_2.5 & co: 100% {new} |x| ~ ^") == (
+        r"Qwen\_2.5 \& co: 100\% \{new\} \textbar{}x\textbar{} \textasciitilde{} \textasciicircum{}")
+    assert card.tex("Modèle γ") == "Modèle ?"
 
 
 def test_card_models_must_be_run_by_an_enabled_study():

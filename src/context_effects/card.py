@@ -7,7 +7,7 @@ models on the same quantity among the transcribed numbers (``paper/published/``)
 module reads both, decides what the run's interval can and cannot tell apart, and writes,
 under ``results/card/``:
 
-``<model>.md`` and ``<model>.csv``
+``<model>.md``, ``<model>.csv`` and ``<model>.tex`` (``<model>.pdf``: rule card_pdf)
     The card: the model's identity as served (from the run manifest and, where the model
     judged Study H, its result file), each headline number with its 95% interval and the
     seed's models beside it, and, for each, which of them this design tells apart.
@@ -76,13 +76,26 @@ def studies_of(config: Config, model: str) -> list[str]:
 
 def outputs(config: Config) -> dict[str, list[str]]:
     """The card rule's outputs: each model's card and figures, and the comparison."""
-    cards, tables, figures = [], [], []
+    cards, tables, pages, figures = [], [], [], []
     for m in card_models(config):
         cards.append(f"{CARD_DIR}/{m}.md")
         tables.append(f"{CARD_DIR}/{m}.csv")
+        pages.append(f"{CARD_DIR}/{m}.tex")
         figures += [f"{CARD_DIR}/{m}_{s}.png" for s in studies_of(config, m)]
-    return {"cards": cards, "tables": tables, "figures": figures,
+    return {"cards": cards, "tables": tables, "pages": pages, "figures": figures,
             "comparison": [f"{CARD_DIR}/comparison.csv", f"{CARD_DIR}/comparison.md"]}
+
+
+def pdfs(config: Config) -> list[str]:
+    """Each card's PDF page when the run builds PDFs (``paper.pdf``: they need LaTeX)."""
+    if not config.get("paper", {}).get("pdf", False):
+        return []
+    return [f"{CARD_DIR}/{m}.pdf" for m in card_models(config)]
+
+
+def pdf_inputs(model: str, config: Config) -> list[str]:
+    """What a card's PDF page reads: its LaTeX source and its figures."""
+    return [f"{CARD_DIR}/{model}.tex", *(f"{CARD_DIR}/{model}_{s}.png" for s in studies_of(config, model))]
 
 
 def inputs(config: Config, basedir: str) -> dict[str, list[str]]:
@@ -389,6 +402,76 @@ def comparison_markdown(table: pd.DataFrame, notes: Sequence[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+_TEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "|": r"\textbar{}",
+                "<": r"\textless{}", ">": r"\textgreater{}"}
+
+
+def tex(text: Any) -> str:
+    """Plain text for LaTeX: specials escaped; a character pdflatex cannot set with the
+    page's fonts (outside Latin-1) becomes ``?``, so a model's name never stops the build."""
+    out = []
+    for ch in str(text):
+        if ch in _TEX_SPECIAL:
+            out.append(_TEX_SPECIAL[ch])
+        elif ord(ch) > 255:
+            out.append("?")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def latex(config: Config, model: str, numbers: Sequence[Number], ident: Sequence[tuple[str, str]],
+          notes: Sequence[str]) -> str:
+    """The card as one LaTeX page: identity, what the design resolves, each study's numbers
+    beside the seed's range and its figure (compiled by rule card_pdf, as the paper is)."""
+    from context_effects.measurement.pipeline import display_name
+
+    lines = [r"\documentclass[10pt]{article}", r"\usepackage[margin=0.5in]{geometry}",
+             r"\usepackage[utf8]{inputenc}", r"\usepackage{graphicx,booktabs,xcolor,tabularx}", r"\pagestyle{empty}",
+             r"\setlength{\parindent}{0pt}", r"\begin{document}",
+             rf"{{\Large\bfseries Context-effects card: {tex(display_name(config, model))}}}\par\smallskip"]
+    for n in notes:
+        lines.append(rf"\fcolorbox{{red!60!black}}{{red!4}}{{\parbox{{\dimexpr\linewidth-2\fboxsep\relax}}"
+                     rf"{{\small\bfseries {tex(n)}}}}}\par\smallskip")
+    lines += [r"{\scriptsize\begin{tabularx}{\linewidth}{@{}lX@{}}\toprule"]
+    lines += [rf"{tex(k)} & {tex(v)}\\" for k, v in ident]
+    lines += [r"\bottomrule\end{tabularx}}\par\smallskip", r"{\scriptsize\textbf{What this design can tell apart.}"]
+    lines += [tex(line.removeprefix("- ")) + r"\par" for line in design_lines(numbers)]
+    lines.append(r"}\smallskip")
+    for study in dict.fromkeys(n.headline.study for n in numbers):
+        ns = [n for n in numbers if n.headline.study == study]
+        lines += [rf"\textbf{{{tex(STUDY_TITLES[study])}}}\par",
+                  r"{\scriptsize\begin{tabularx}{\linewidth}{@{}Xlrlll@{}}\toprule",
+                  r"quantity & role & this model & 95\% interval & seed models (range) & told apart from\\\midrule"]
+        for n in ns:
+            differs, _ = n.verdicts()
+            value = _fmt(n.cell.value) if n.cell is not None else "n/a"
+            seeds = (f"{len(n.seeds)}: {_fmt(min(s.value for s in n.seeds))} to {_fmt(max(s.value for s in n.seeds))}"
+                     if n.seeds else "none printed")
+            told = f"{len(differs)} of {len(n.seeds)}" if n.seeds and n.half_width is not None else "-"
+            lines.append(" & ".join(tex(c) for c in (n.headline.label, n.headline.role, value, _interval(n.cell),
+                                                     seeds, told)) + r"\\")
+        lines += [r"\bottomrule\end{tabularx}}\par",
+                  rf"\includegraphics[width=\linewidth,height=0.17\textheight,keepaspectratio]{{{model}_{study}.png}}"
+                  r"\par\smallskip"]
+    lines.append(r"\end{document}")
+    return "\n".join(lines) + "\n"
+
+
+def build_pdf(tex_path: str | Path, pdf_path: str | Path, log=print) -> Path:
+    """Compile a card's page with latexmk in its own folder (its figures lie beside it)."""
+    import shutil
+
+    from context_effects.paper.build import run_latexmk
+
+    tex_path = Path(tex_path).resolve()
+    folder = tex_path.parent
+    pdf = run_latexmk(tex_path, folder, folder, folder / "build" / tex_path.stem, log)
+    shutil.copyfile(pdf, pdf_path)
+    return Path(pdf_path)
+
+
 def draw(config: Config, model: str, study: str, numbers: Sequence[Number], notes: Sequence[str], path: str | Path):
     """The study's figure: one panel per headline number, the seed's models in grey and this
     model highlighted, each with its 95% interval where there is one."""
@@ -448,7 +531,9 @@ def write_cards(config: Config, published_files: Sequence[str | Path], out_dir: 
         anchoring = None
         if any(n.headline.study == "anchoring" for n in ns):
             anchoring = json.loads(Path(result_path(m)).read_text())
-        (out / f"{m}.md").write_text(markdown(config, m, ns, identity(config, m, manifest, anchoring), notes))
+        ident = identity(config, m, manifest, anchoring)
+        (out / f"{m}.md").write_text(markdown(config, m, ns, ident, notes))
+        (out / f"{m}.tex").write_text(latex(config, m, ns, ident, notes))
         number_rows(ns).to_csv(out / f"{m}.csv", index=False)
         for study in dict.fromkeys(n.headline.study for n in ns):
             draw(config, m, study, ns, notes, out / f"{m}_{study}.png")

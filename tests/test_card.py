@@ -213,3 +213,40 @@ def test_without_card_models_every_model_the_studies_run_gets_a_card():
     assert card.studies_of(cfg, "qwen-sim") == ["amel"]
     assert [h.quantity for h in card.headlines(cfg, "qwen-sim")] == ["d", "asymmetry", "d_uncertain",
                                                                       "d_deterministic"]
+
+
+# ----------------------------------------------------------------------------- preflight
+
+#: A card for a hosted judge in Study H beside a free synthetic one.
+HOSTED = {
+    "run": {"label": "card-keys", "kind": "paper"},
+    "datasets": {"truthfulqa": {"source": "local", "local_path": "data/demo/truthfulqa.jsonl", "n_items": 4}},
+    "models": {"sim": {"backend": "synthetic", "model_id": "sim"},
+               "claude": {"backend": "anthropic", "model_id": "claude-sonnet-4-5"}},
+    "conformity": {"enabled": False},
+    "amel": {"enabled": False},
+    "anchoring": {"judges": ["sim", "claude"], "benchmark_datasets": ["truthfulqa"], "tasks_per_dataset": 4},
+    "card": {"models": ["claude"]},
+}
+
+
+def _card(workdir: Path, cfg: dict, **env: str):
+    import os
+
+    path = workdir / "card.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    full = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    return run_snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), f"--configfile={path}",
+                         "--cores", "1", "card", cwd=REPO, env={**full, **env})
+
+
+def test_a_card_of_a_hosted_model_is_checked_like_any_run_before_any_job(workdir):
+    res = _card(workdir, HOSTED)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "ANTHROPIC_API_KEY  (needed by: claude)" in out, out[-3000:]
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+    # With the key, a budget of zero refuses the billed card before any job.
+    res = _card(workdir, {**HOSTED, "run": {**HOSTED["run"], "budget_usd": 0}}, ANTHROPIC_API_KEY="sk-ant-unused")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "run.budget_usd" in out, out[-3000:]
+    assert not (workdir / "results" / "responses").exists()

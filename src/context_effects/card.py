@@ -271,7 +271,10 @@ def comparison(numbers: Mapping[str, Sequence[Number]]) -> pd.DataFrame:
 
 def identity(config: Config, model: str, manifest: Mapping[str, Any],
              anchoring_result: Mapping[str, Any] | None) -> list[tuple[str, str]]:
-    """The model as configured and, where its Study H result file records it, as served."""
+    """The model as configured and, where its Study H result file records it, as served
+    (that file, in seed 001's format, is named too)."""
+    from context_effects.anchoring.dag import result_path
+
     m = manifest["config"]["models"][model]
     rows = [("name in the config", model), ("display name", m.get("display_name") or model),
             ("backend", m["backend"]), ("model id", m["model_id"]), ("revision", m.get("revision") or "not pinned")]
@@ -288,7 +291,8 @@ def identity(config: Config, model: str, manifest: Mapping[str, Any],
                  ("engine", ", ".join(map(str, rm.get("engine_versions") or [])) or "not reported"),
                  ("decoding (Study H)", f"temperature {st['temperature']}, top_p {st['top_p']}, "
                                         f"max_tokens {st['max_tokens']}"),
-                 ("replies dated", _dates(anchoring_result.get("date")))]
+                 ("replies dated", _dates(anchoring_result.get("date"))),
+                 ("Study H result file (seed 001's format)", result_path(model))]
     rows += [("run", f"{manifest.get('label')} ({manifest.get('kind')}), made {manifest.get('created_utc')}"),
              ("code", str(manifest.get("git_commit") or "not a git checkout"))]
     return rows

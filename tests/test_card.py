@@ -125,6 +125,7 @@ def test_the_card_names_the_model_the_seed_models_and_what_the_run_is(card_run):
     assert text.startswith("# Context-effects card: Qwen-sim")
     assert "Synthetic backend: simulated models with planted effects" in text
     assert "| served as (Study H replies) | qwen-sim@synthetic-1-" in text
+    assert re.search(r"\| replies dated \| \d{4}-\d\d-\d\dT[\d:.]+Z( to \d{4}-\d\d-\d\dT[\d:.]+Z)? \|", text)
     # Seed 002's Table 4 judges beside this one's gamma, with their printed intervals.
     assert "Mistral-7B +0.637 [+0.607, +0.668]" in text and "GPT-4o -0.096 [-0.163, -0.030]" in text
     # Seed 000's per-model d (Figure 14's |d| signed back) and its pooled asymmetry.

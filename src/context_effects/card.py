@@ -299,10 +299,11 @@ def identity(config: Config, model: str, manifest: Mapping[str, Any],
 
 
 def _dates(date: Any) -> str:
-    if isinstance(date, Mapping):
-        first, last = date.get("first"), date.get("last")
-        return f"{first} to {last}" if first and last and first != last else str(first or last or "not recorded")
-    return str(date or "not recorded")
+    """Study H's ``date`` block (``anchoring.results.response_dates``) in words."""
+    if not isinstance(date, Mapping) or not date.get("first_response"):
+        return "not recorded"
+    first, last = date["first_response"], date.get("last_response") or date["first_response"]
+    return first if first == last else f"{first} to {last}"
 
 
 # ----------------------------------------------------------------------------- writing
@@ -456,9 +457,13 @@ def latex(config: Config, model: str, numbers: Sequence[Number], ident: Sequence
             told = f"{len(differs)} of {len(n.seeds)}" if n.seeds and n.half_width is not None else "-"
             lines.append(" & ".join(tex(c) for c in (n.headline.label, n.headline.role, value, _interval(n.cell),
                                                      seeds, told)) + r"\\")
-        lines += [r"\bottomrule\end{tabularx}}\par",
-                  rf"\includegraphics[width=\linewidth,height=0.17\textheight,keepaspectratio]{{{model}_{study}.png}}"
-                  r"\par\smallskip"]
+        lines += [r"\bottomrule\end{tabularx}}\par\smallskip"]
+    # The figures in one row under the tables: one page whatever the number of datasets.
+    studies = list(dict.fromkeys(n.headline.study for n in numbers))
+    width = 0.99 / max(1, len(studies))
+    lines += [r"\vfill\noindent"] + [
+        rf"\includegraphics[width={width:.3f}\linewidth,height=0.3\textheight,keepaspectratio]{{{model}_{s}.png}}"
+        for s in studies]
     lines.append(r"\end{document}")
     return "\n".join(lines) + "\n"
 

@@ -144,6 +144,27 @@ def test_the_card_names_the_model_the_seed_models_and_what_the_run_is(card_run):
     assert "| conformity | peer-context loading of its ratings, gamma_j |" in comparison
 
 
+def test_one_more_model_asks_only_for_its_own_answers(card_run):
+    """A third model on the finished run: a dry run answers its requests alone (the others'
+    shards and Study C's fits stay), and writes its card beside the others."""
+    cfg = card_config()
+    cfg["models"]["mistral-sim"] = {**cfg["models"]["qwen-sim"], "model_id": "mistral-sim",
+                                    "display_name": "Mistral-sim", "family": "mistral"}
+    cfg["amel"]["models"].append("mistral-sim")
+    cfg["anchoring"]["judges"].append("mistral-sim")
+    cfg["card"]["models"].append("mistral-sim")
+    config = card_run / "config" / "card-tests-3.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    res = run_snakemake("--snakefile", str(card_run / "Snakefile"), "--directory", str(card_run),
+                        f"--configfile={config}", "--workflow-profile", "none", "-n", "card", cwd=card_run)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)$", res.stdout, re.M)
+    answered = {w for rule, w in jobs if rule.startswith("answer_requests")}
+    assert answered and all("model=mistral-sim" in w for w in answered), answered
+    assert "rule conformity_fit" not in res.stdout
+    assert "results/card/mistral-sim.md" in res.stdout
+
+
 # ----------------------------------------------------------------------------- units
 
 

@@ -147,9 +147,9 @@ def seed_values(h: Headline, published: pd.DataFrame) -> list[SeedValue]:
     def value_column(column: str) -> str:  # a row may print the value without its interval
         return column.partition("@")[0].strip()
 
-    rows = published[(published["table"] == h.table)
-                     & (published["column"].map(value_column) == value_column(h.column))]
-    fixed = dict(h.fixed)
+    table, column = h.seed_table or h.table, h.seed_column or h.column
+    rows = published[(published["table"] == table) & (published["column"].map(value_column) == value_column(column))]
+    fixed = dict(h.seed_fixed if h.seed_table else h.fixed)
     pooled_row = {**fixed, **dict(h.pooled)} if h.pooled else None
     out: dict[str, SeedValue] = {}
     for _, r in rows.iterrows():
@@ -220,10 +220,23 @@ def read_numbers(config: Config, model: str, published: pd.DataFrame, results: s
             status = "ok" if cell is not None else "not estimated: the table's cell holds no number"
             if cell is not None and not cell.has_interval:
                 status = "no interval"
+            diagnostics = _diagnostics(h, results, frames)
+            if cell is not None and diagnostics not in ("", "ok"):
+                status = f"fit diagnostics {diagnostics}: the number is shown but is not reliable"
         except MissingNumber as exc:
             cell, status = None, f"not produced: {exc}"
         out.append(Number(h, model, cell, status, tuple(seed_values(h, published))))
     return out
+
+
+def _diagnostics(h: Headline, results: str | Path, frames: dict) -> str:
+    """The row's ``Diagnostics`` cell (the fit tables' convergence verdict), "" where the table has none."""
+    from context_effects.paper.lookup import select_row, table_path
+
+    df = frames[table_path(h.table, results)]  # read by lookup
+    if "Diagnostics" not in df.columns:
+        return ""
+    return str(select_row(df, h.row, h.table)["Diagnostics"]).strip()
 
 
 def number_rows(numbers: Sequence[Number]) -> pd.DataFrame:
@@ -377,6 +390,8 @@ def markdown(config: Config, model: str, numbers: Sequence[Number], ident: Seque
         for n in ns:
             differs, same = n.verdicts()
             value = _fmt(n.cell.value) if n.cell is not None else n.status
+            if n.cell is not None and n.status.startswith("fit diagnostics"):
+                value += " (fit diagnostics FAILED: not reliable)"
             seeds = "; ".join(_seed_text(s) for s in n.seeds) or "none printed"
             out.append(_md_row([n.headline.label, n.headline.role, value, _interval(n.cell), seeds,
                                 ", ".join(differs) or "-", ", ".join(same) or "-"]))
@@ -452,6 +467,8 @@ def latex(config: Config, model: str, numbers: Sequence[Number], ident: Sequence
         for n in ns:
             differs, _ = n.verdicts()
             value = _fmt(n.cell.value) if n.cell is not None else "n/a"
+            if n.cell is not None and n.status.startswith("fit diagnostics"):
+                value += " (unreliable)"
             seeds = (f"{len(n.seeds)}: {_fmt(min(s.value for s in n.seeds))} to {_fmt(max(s.value for s in n.seeds))}"
                      if n.seeds else "none printed")
             told = f"{len(differs)} of {len(n.seeds)}" if n.seeds and n.half_width is not None else "-"

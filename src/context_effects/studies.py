@@ -35,8 +35,8 @@ class Headline:
     ``Column=value`` pairs and the model's own ``model_column`` value.
 
     The seed's models on the same quantity are the published rows
-    (``paper/published/<study>/*.csv``) naming the same table and column whose row has the
-    same ``fixed`` pairs and any model; ``pooled`` replaces pairs of ``fixed`` to select the
+    (``paper/published/<study>/*.csv``) naming the same table and column (or ``seed_table``
+    and ``seed_column``) whose row has the same ``fixed`` (or ``seed_fixed``) pairs and any model; ``pooled`` replaces pairs of ``fixed`` to select the
     seed's value over its whole roster, where it prints one (``scope=overall``)."""
 
     study: str
@@ -55,6 +55,11 @@ class Headline:
     #: How to read it: sign, unit, what 0 means.
     reading: str = ""
     pooled: tuple[tuple[str, str], ...] = ()
+    #: Where the seed prints the same quantity, when the card reads it from another
+    #: table than the seed's (``seed_table``, its ``seed_fixed`` pairs and ``seed_column``).
+    seed_table: str = ""
+    seed_fixed: tuple[tuple[str, str], ...] = ()
+    seed_column: str = ""
 
     @property
     def row(self) -> str:

@@ -274,3 +274,45 @@ def test_a_card_of_a_hosted_model_is_checked_like_any_run_before_any_job(workdir
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "run.budget_usd" in out, out[-3000:]
     assert not (workdir / "results" / "responses").exists()
+
+
+# ----------------------------------------------------------------------------- the card's design file
+
+MY_MODEL = {"models": {"my-sim": {"backend": "synthetic", "model_id": "my-sim", "display_name": "My-sim"},
+                       "my-base": {"backend": "synthetic", "model_id": "my-base", "mode": "completion"}},
+            "card": {"models": ["my-sim", "my-base"]}}
+
+
+def _card_design(extra: dict | None) -> dict:
+    from context_effects.config import load_config
+
+    cfg = load_config(REPO / "config" / "card.yaml")
+    for key, value in (extra or {}).items():
+        cfg[key] = {**cfg.get(key, {}), **value}  # Snakemake merges a second --configfile the same way
+    return cfg
+
+
+def test_the_card_design_runs_every_study_on_the_named_models_only():
+    cfg = validate_config(_card_design(MY_MODEL))
+    assert cfg["amel"]["models"] == cfg["anchoring"]["judges"] == cfg["conformity"]["judges"] == ["my-sim", "my-base"]
+    assert cfg["conformity"]["generators"] == ["my-sim"]  # a completion-mode model writes no revision
+    assert card.card_models(cfg) == ["my-sim", "my-base"]
+    with pytest.raises(ConfigError, match=r"`card.run_studies` is true but `card.models` is empty: define the model"):
+        validate_config(_card_design(None))
+
+
+def test_the_card_design_with_a_model_file_plans_only_what_the_card_reads(tmp_path):
+    (tmp_path / "data").symlink_to(REPO / "data")
+    model_file = tmp_path / "my-model.yaml"
+    model_file.write_text(yaml.safe_dump({**MY_MODEL, "card": {"models": ["my-sim"]}}))
+    res = run_snakemake("card", "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "-n",
+                        "--configfile", str(REPO / "config" / "card.yaml"), str(model_file), cwd=REPO)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)$", res.stdout, re.M)
+    answered = {w for rule, w in jobs if rule.startswith("answer_requests")}
+    assert answered and all("model=my-sim" in w for w in answered), answered
+    assert "rule fetch_release" in res.stdout  # the predecessor release's TruthfulQA sample
+    # Only the main fit and nothing the card does not read: no decomposition corpus, no text metrics, no paper.
+    fits = re.findall(r"results/conformity/fits/(\S+?)/summary.csv", res.stdout)
+    assert set(fits) == {"truthfulqa/main"}, set(fits)
+    assert "conformity_answer_metrics" not in res.stdout and "paper_pdf" not in res.stdout

@@ -482,6 +482,24 @@ def _cross_checks(cfg: Mapping[str, Any]) -> list[str]:
     return problems + config_checks.budget_problems(cfg)
 
 
+def card_studies(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``card.run_studies``: every study runs the card's models (the schema's description).
+    Without ``card.models`` nothing is set, and the cross-checks say what is missing."""
+    card = cfg.get("card") or {}
+    models = list(card.get("models") or [])
+    if not card.get("run_studies") or not models:
+        return cfg
+    defined = cfg.get("models", {})
+    if isinstance(cfg.get("amel"), dict):
+        cfg["amel"]["models"] = models
+    if isinstance(cfg.get("anchoring"), dict):
+        cfg["anchoring"]["judges"] = models
+    if isinstance(cfg.get("conformity"), dict):
+        cfg["conformity"]["judges"] = models
+        cfg["conformity"]["generators"] = [m for m in models if (defined.get(m) or {}).get("mode", "chat") == "chat"]
+    return cfg
+
+
 def validate_config(
     config: Mapping[str, Any], schema: Mapping[str, Any] | None = None, *, workdir: str | Path | None = None
 ) -> dict[str, Any]:
@@ -493,10 +511,16 @@ def validate_config(
     names, such as AMEL item files, are read too.
     """
     schema = load_schema() if schema is None else schema
-    filled = fill_defaults(copy.deepcopy(dict(config)), schema)
+    filled = card_studies(fill_defaults(copy.deepcopy(dict(config)), schema))
     validator = _FiniteValidator(schema)
     errors = sorted(validator.iter_errors(filled), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     problems = [_describe(e, schema) for e in errors]
+    card = filled.get("card") or {}
+    if card.get("run_studies") and not card.get("models"):
+        # Said first: a card design file alone (config/card.yaml) names no model at all.
+        problems.insert(0, "`card.run_studies` is true but `card.models` is empty: define the model(s) to card "
+                           "under `models` and name them under `card.models`, e.g. in a second --configfile "
+                           "(docs/card.md, \"Your model\")")
     if not problems:
         problems = _cross_checks(filled)
     if not problems:

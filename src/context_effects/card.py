@@ -35,6 +35,7 @@ from typing import Any
 import pandas as pd
 
 from context_effects.paper.lookup import Cell, MissingNumber, lookup, parse_row
+from context_effects.paper.reproduction import printed_number
 from context_effects.studies import Headline, faces
 
 Config = Mapping[str, Any]
@@ -134,11 +135,6 @@ class SeedValue:
         return 0.0 if self.lower is None or self.upper is None else (self.upper - self.lower) / 2
 
 
-def _num(text: str) -> float | None:
-    text = (text or "").strip().replace("−", "-").replace(",", "")
-    return float(text) if text else None
-
-
 def seed_values(h: Headline, published: pd.DataFrame) -> list[SeedValue]:
     """The seed's models on ``h``'s quantity: published rows of the same table and value column
     whose row has ``h.fixed`` and any model (one value per model, the first file's), then
@@ -161,11 +157,11 @@ def seed_values(h: Headline, published: pd.DataFrame) -> list[SeedValue]:
             name = POOLED
         else:
             continue
-        value = _num(r["value"])
+        value = printed_number(r["value"])
         if value is None or name in out:
             continue
-        scale = _num(r["scale"]) or 1.0
-        lo, hi = _num(r["lower"]), _num(r["upper"])
+        scale = printed_number(r["scale"]) or 1.0
+        lo, hi = printed_number(r["lower"]), printed_number(r["upper"])
         lo, hi = (None if lo is None else lo / scale), (None if hi is None else hi / scale)
         if lo is not None and hi is not None and lo > hi:
             lo, hi = hi, lo

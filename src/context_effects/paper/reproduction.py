@@ -119,7 +119,8 @@ def _reproduced(p: Mapping[str, Any], results: Path, frames: dict) -> Cell | Non
     return lookup(p["table"], p["row"] or None, p["column"], results=results, frames=frames)
 
 
-def _float(text: str) -> float | None:
+def printed_number(text: str) -> float | None:
+    """A transcribed number of paper/published (a sign kept, thousands separators dropped); None when empty."""
     text = (text or "").strip().replace("−", "-").replace(",", "")
     return float(text) if text else None
 
@@ -160,12 +161,12 @@ def agrees(published: float, decimals: int, value: float, lower: float | None, u
 
 
 def compare_row(p: Mapping[str, Any], results: Path, run_kind: str, frames: dict) -> dict[str, Any]:
-    published = _float(p["value"])
+    published = printed_number(p["value"])
     decimals = int(p["decimals"]) if str(p["decimals"]).strip() else 3
-    scale = _float(p["scale"]) or 1.0
+    scale = printed_number(p["scale"]) or 1.0
     out: dict[str, Any] = {
         "study": p["study"], "id": p["id"], "section": p["section"], "quantity": p["quantity"],
-        "published": published, "published_lower": _float(p["lower"]), "published_upper": _float(p["upper"]),
+        "published": published, "published_lower": printed_number(p["lower"]), "published_upper": printed_number(p["upper"]),
         "decimals": decimals, "reproduced": math.nan, "reproduced_lower": math.nan, "reproduced_upper": math.nan,
         "difference": math.nan, "status": "", "reason": "",
         "source": f"{p['table']} [{p['row']}] {p['column']}".strip() if p["table"] else "",
@@ -228,7 +229,7 @@ def _rehearse_row(p: Mapping[str, Any], out: dict[str, Any], results: Path, fram
     if cell is None:
         return {**out, "status": "not produced", "reason": "the cell holds no estimate"}
     published = out["published"]
-    _, lower, upper = _fill_reproduced(out, cell, _float(p["scale"]) or 1.0)
+    _, lower, upper = _fill_reproduced(out, cell, printed_number(p["scale"]) or 1.0)
     if published is None:
         return {**out, "status": "not produced", "reason": "no published value transcribed"}
     if role != "planted":

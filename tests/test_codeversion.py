@@ -139,3 +139,46 @@ def test_an_unknown_script_is_named():
 
     with pytest.raises(FileNotFoundError, match="no job script .*nope.py"):
         codeversion.of_script("nope.py")
+
+
+def _cache_files(root: Path) -> list[Path]:
+    return sorted((root / ".cache" / "codeversion").glob("*.json"))
+
+
+def _stored_form(versions: dict[str, str]) -> dict[str, str]:
+    """``_versions``' labels as the cache file keys them."""
+    out = {}
+    for label, version in versions.items():
+        study, kind, name = label.split("/") if "/" in label else ("", "script", label)
+        out[f"script:{name}" if kind == "script" else f"{kind}:{study}:{name}"] = version
+    return out
+
+
+def test_versions_are_kept_on_disk_per_state_of_the_sources(baseline, pristine, tmp_path):
+    """Each process that parses the Snakefile versions every rule: the versions are kept in
+    ``.cache/codeversion/``, in a file named by a digest of the sources. A second process
+    reads them from there, a damaged file is computed again and replaced, and an edit
+    reads and writes a file of its own."""
+    root = _copy(tmp_path, pristine)
+    assert _versions(root) == baseline
+    [cache] = _cache_files(root)
+    stored = json.loads(cache.read_text())
+    assert stored == _stored_form(baseline)
+    # read back, not recomputed: a value planted in the file is what the next process returns
+    stored["script:fit_model.py"] = "0123456789abcdef"
+    cache.write_text(json.dumps(stored))
+    assert _versions(root) == {**baseline, "fit_model.py": "0123456789abcdef"}
+    for damage in ("{not json", '["a list"]', '{"script:fit_model.py": "not a version"}', ""):
+        cache.write_text(damage)
+        assert _versions(root) == baseline, damage
+        assert json.loads(cache.read_text())["script:fit_model.py"] == baseline["fit_model.py"]
+    # an edit: another file, computed afresh; the first state's file is left as it was
+    edit_definition(root / "src" / "context_effects" / "measurement" / "fit.py", "fit_nuts")
+    assert _changed(baseline, _versions(root)) == {"fit_model.py"}
+    assert len(_cache_files(root)) == 2 and json.loads(cache.read_text()) == _stored_form(baseline)
+
+
+def test_an_unwritable_cache_only_costs_the_computation(baseline, pristine, tmp_path):
+    root = _copy(tmp_path, pristine)
+    (root / ".cache").write_text("a file where the cache folder would be")
+    assert _versions(root) == baseline

@@ -22,6 +22,13 @@ the same code (a second clone, a cluster's copy) has the same version.
 
 The analysis errs towards rerunning: a name it cannot resolve statically (a module used
 as a value, ``getattr`` on a module) counts the whole module.
+
+Every Snakemake process (a dry run, ``snakemake estimate``, each cluster job) versions
+every rule while it parses the Snakefile, which took about 2.5 s of syntax-tree walking.
+The versions are therefore kept on disk, in ``<repo>/.cache/codeversion/``, under a
+digest of every file they can depend on (the package's and the scripts' sources, and the
+Python version, whose ``ast.dump`` they hash): an edit anywhere makes a new file, and a
+damaged or unwritable cache only costs the walk again.
 """
 
 from __future__ import annotations
@@ -29,8 +36,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
+import os
 import re
 import inspect
+import sys
+import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -376,8 +387,68 @@ def _script_tree(script: str) -> ast.Module:
 
 
 @functools.lru_cache(maxsize=None)
+def _sources_digest() -> str:
+    """Digest of every file a code version can depend on, and of the Python version."""
+    h = hashlib.sha256(f"{sys.version_info[:2]}\n".encode())
+    files = sorted((SRC / PACKAGE).rglob("*.py")) + sorted(SCRIPTS.glob("*.py"))
+    for path in files:
+        h.update(f"{path.relative_to(SRC.parent).as_posix()}\0".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:32]
+
+
+def _cache_file() -> Path:
+    return SRC.parent / ".cache" / "codeversion" / f"{_sources_digest()}.json"
+
+
+def _read_versions(path: Path) -> dict[str, str]:
+    """The versions a cache file holds; {} for a missing, damaged or foreign file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str) and re.fullmatch(r"[0-9a-f]{16}", v)}
+
+
+@functools.lru_cache(maxsize=1)
+def _stored() -> dict[str, str]:
+    """Versions computed by an earlier process for these exact sources."""
+    return _read_versions(_cache_file())
+
+
+def _store(key: str, version: str) -> None:
+    """Add one version to the file, merged with what other processes wrote meanwhile;
+    each writer replaces the file whole, so a lost entry is computed again, never wrong."""
+    stored = _stored()
+    stored[key] = version
+    path = _cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
+            json.dump({**_read_versions(path), **stored}, tmp, sort_keys=True)
+        os.chmod(tmp.name, 0o644)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass  # a read-only checkout: each process computes the versions again
+
+
+def _persisted(key: str, compute: Callable[[], str]) -> str:
+    version = _stored().get(key)
+    if version is None:
+        version = compute()
+        _store(key, version)
+    return version
+
+
+@functools.lru_cache(maxsize=None)
 def of_script(script: str) -> str:
     """Code version of a job that runs ``workflow/scripts/<script>``."""
+    return _persisted(f"script:{script}", lambda: _compute_of_script(script))
+
+
+def _compute_of_script(script: str) -> str:
     parts = [(f"workflow/scripts/{script}", _tree_digest(_script_tree(script))), *_unit_parts(units_of_script(script))]
     return _digest(parts)
 
@@ -414,6 +485,10 @@ def _entry_start(study: str, kind: str, name: str) -> tuple[list[Unit], list[tup
 def of_entry(study: str, kind: str, name: str) -> str:
     """Code version of one registered table or figure of ``study`` (``kind``: table |
     figure): its builder or drawer and the script that serves the registry."""
+    return _persisted(f"{kind}:{study}:{name}", lambda: _compute_of_entry(study, kind, name))
+
+
+def _compute_of_entry(study: str, kind: str, name: str) -> str:
     start, own, script = _entry_start(study, kind, name)
     units = closure(start) | units_of_script(script)
     return _digest([(f"workflow/scripts/{script}", _tree_digest(_script_tree(script))), *own, *_unit_parts(units)])

@@ -44,14 +44,11 @@ import numpy as np
 import pandas as pd
 
 from context_effects.amel import stats
-from context_effects.amel.design import POSITIONS
+from context_effects.amel.design import METHOD_ORDER, POSITIONS
 
 STRATA = ("deterministic", "uncertain")
 #: The unit of every test.
 UNIT = ["model", "domain", "item_id"]
-#: Method order in the tables: the primary analysis first.
-METHOD_ORDER = ("single_call", "samples", "first_token")
-PRIMARY = METHOD_ORDER[0]
 #: Methods whose one-sample and between-group tests take the row, not the item mean, as the unit.
 ROW_UNIT_METHODS = frozenset({"single_call"})
 

@@ -62,6 +62,9 @@ ANSWER_INSTRUCTION = "Answer Yes or No."
 CONDITIONS = ("baseline", "yes_saturated", "no_saturated", "balanced")
 SATURATED = ("yes_saturated", "no_saturated")
 POSITIONS = ("start", "middle", "end")
+#: How P(Yes) of a cell is measured, in the tables' order: the primary analysis first.
+METHOD_ORDER = ("single_call", "samples", "first_token")
+PRIMARY = METHOD_ORDER[0]
 FRAMINGS = ("standard", "swapped")
 POLARITY_TOKEN = {"yes_saturated": "Yes", "no_saturated": "No"}
 

@@ -67,7 +67,7 @@ def headlines(config: Config, model: str) -> list[Headline]:
     """The model as the answering model, in the primary analysis (one call per cell):
     its overall bias (Cohen's d), the negativity asymmetry, and d in each baseline-entropy
     stratum. The seed prints d for several of its models, the others over its roster."""
-    from context_effects.amel.analysis import PRIMARY
+    from context_effects.amel.design import PRIMARY
 
     if not (enabled(config) and model in config["amel"]["models"]):
         return []

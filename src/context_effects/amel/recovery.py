@@ -3,7 +3,7 @@ gathers every study's rows into ``results/synthetic/recovery.csv``).
 
 What is checked, for every measurement method the run has, the primary analysis
 (``single_call``: one call per cell, each outcome a unit) first, then ``samples`` and
-``first_token`` (``amel.analysis.METHOD_ORDER``):
+``first_token`` (``amel.design.METHOD_ORDER``):
 
 * the headline quantities the analysis tables print (``results/tables/amel/<name>.csv``,
   :data:`TABLES`), overall (the seed's roster) and per model: the effects table's mean BS
@@ -66,7 +66,7 @@ DESIGN_KEYS = ("saturation_share", "history_lengths", "positions", "position_his
 #: AMEL's logit-scale planted values, listed as not directly estimated.
 LOGIT_PARAMS = {"conformity": "amel_conformity", "negativity_asymmetry": "amel_negativity_asymmetry",
                 "yes_bias": "amel_yes_bias", "k_scale": "amel_k_scale"}
-#: The measurement methods, primary first (``amel.analysis.METHOD_ORDER``; a test checks they agree).
+#: The measurement methods, primary first (``amel.design.METHOD_ORDER``; a test checks they agree).
 METHODS = ("single_call", "samples", "first_token")
 #: Methods whose one-sample tests take the row as the unit (``amel.analysis.ROW_UNIT_METHODS``).
 ROW_UNIT_METHODS = frozenset({"single_call"})

@@ -26,6 +26,7 @@ conversion never leaves a half-written model behind.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -34,6 +35,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -138,11 +140,38 @@ def is_converted(out_dir: Path, package: str, dtype: str = "float32") -> bool:
     return all(done.get(k) == v for k, v in _expected(package, dtype).items())
 
 
+@contextlib.contextmanager
+def _one_gguf_read() -> Iterator[None]:
+    """Parse each GGUF file once while converting.
+
+    transformers parses the whole file for the config, again for the weights and again for
+    the tokenizer (each time ``from gguf import GGUFReader``); for a 262k-token vocabulary
+    (Gemma 3) one parse is about 20 s of Python. A parsed reader is read-only (a memory
+    map and its fields), so every reader asked for in the block is the first one made."""
+    import gguf
+
+    real = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def shared(path, mode="r"):
+        key = (os.path.realpath(os.fspath(path)), mode)
+        if key not in readers:
+            readers[key] = real(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
+        readers.clear()
+
+
 def _gguf_special_token_flags(gguf: Path) -> dict[str, bool | None]:
     """``add_bos_token`` / ``add_eos_token`` as the GGUF's tokenizer metadata states them."""
-    from gguf import GGUFReader
+    import gguf as gguf_py
 
-    reader = GGUFReader(str(gguf))
+    reader = gguf_py.GGUFReader(str(gguf))
     out: dict[str, bool | None] = {}
     for flag in ("add_bos_token", "add_eos_token"):
         field = reader.fields.get(f"tokenizer.ggml.{flag}")
@@ -150,6 +179,7 @@ def _gguf_special_token_flags(gguf: Path) -> dict[str, bool | None]:
     return out
 
 
+@_one_gguf_read()
 def _convert(gguf: Path, work: Path, dtype: str) -> dict[str, Any]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

@@ -11,7 +11,9 @@ of times.
 
 Prints, each the median of ``--repeat`` runs: `scontrol show config` (if installed),
 `snakemake --version`, and a dry run of the Snakefile on the default config
-(parse, code versions, DAG). `--stale-conf` first writes a configless cache naming a
+(parse, code versions, DAG), once with every rule's code version computed (the first
+start after an edit: `.cache/codeversion/` emptied before each run) and once with the
+versions kept from an earlier start. `--stale-conf` first writes a configless cache naming a
 controller on a closed loopback port (as root; removed afterwards) to show the
 penalty. It is not a test.
 
@@ -37,9 +39,11 @@ sys.path.insert(0, str(REPO / "tests"))
 from slurm_cluster import CLUSTER_NAME, CONF_CACHE, remove_conf_cache  # noqa: E402
 
 
-def _median_seconds(cmd: list[str], repeat: int) -> float:
+def _median_seconds(cmd: list[str], repeat: int, before=None) -> float:
     times = []
     for _ in range(repeat):
+        if before is not None:
+            before()
         start = time.perf_counter()
         subprocess.run(cmd, cwd=REPO, capture_output=True, timeout=600)
         times.append(time.perf_counter() - start)
@@ -75,7 +79,10 @@ def main() -> None:
             print(f"| `scontrol show config` | {_median_seconds(['scontrol', 'show', 'config'], args.repeat):.2f} |")
         print(f"| `snakemake --version` | {_median_seconds([snakemake, '--version'], args.repeat):.2f} |")
         dry = [snakemake, "-n", "--cores", "1", "-q"]
-        print(f"| `snakemake -n` (default config) | {_median_seconds(dry, args.repeat):.2f} |")
+        versions = REPO / ".cache" / "codeversion"
+        computed = _median_seconds(dry, args.repeat, before=lambda: shutil.rmtree(versions, ignore_errors=True))
+        print(f"| `snakemake -n` (default config), code versions computed | {computed:.2f} |")
+        print(f"| `snakemake -n` (default config), code versions kept | {_median_seconds(dry, args.repeat):.2f} |")
     finally:
         if args.stale_conf:
             remove_conf_cache()

@@ -491,18 +491,68 @@ def test_fast_loop_options_reach_xla_only_in_small_fits_and_numpyro_is_restored(
         fit_nuts(data, fast_loop=True, **settings)  # asked for: used whatever the size
 
 
+@pytest.mark.parametrize("fast_loop", [True, False])
+def test_the_sampler_loop_is_traced_once_per_fit_and_draws_the_same(jax_cache, monkeypatch, fast_loop):
+    """numpyro jits its loop's step function afresh for each phase of each chain, so two
+    sequential chains traced and compiled the same loop four times; under the fit's block
+    it is traced once when warm-up and draws are the same length, and the draws are the
+    ones a fresh jit at every call gives."""
+    import jax
+
+    from context_effects.measurement import fit as fit_module
+
+    data = _tiny()
+    settings = dict(chains=2, warmup=20, samples=20, chain_method="sequential", keep_locals=False,
+                    fast_loop=fast_loop, compilation_cache=jax_cache)
+
+    def traced_loops(**kw):
+        seen = []
+
+        def listen(event, duration, **kwargs):
+            if event.endswith("jaxpr_trace_duration") and "_fori_collect_loop" in str(kwargs.get("fun_name", "")):
+                seen.append(event)
+
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            fit = fit_nuts(data, **{**settings, **kw})
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+        return len(seen), fit
+
+    once, fit = traced_loops()
+    assert once == 1
+    assert traced_loops(samples=30)[0] == 2  # draws of another length: a loop of its own
+
+    class Forgetful(dict):
+        def __contains__(self, key):
+            return False
+
+    class EveryCallJits(fit_module._sampler_loop):
+        """The block as it was: the same XLA options, a fresh jit wrapper at every call."""
+
+        def __init__(self, options):
+            super().__init__(options)
+            self._jitted = Forgetful()
+
+    monkeypatch.setattr(fit_module, "_sampler_loop", EveryCallJits)
+    again, own = traced_loops()
+    assert again == 4
+    for site, draws in fit.samples.items():
+        np.testing.assert_array_equal(draws, own.samples[site], err_msg=site)
+
+
 def test_fast_loop_warns_when_numpyro_compiles_no_loop_through_it():
     """A numpyro that compiles its loop elsewhere leaves the fit right but slower: said, not silent."""
     import jax.numpy as jnp
     from numpyro.util import fori_collect
 
-    from context_effects.measurement.fit import FAST_LOOP_COMPILE, _loop_compiler_options
+    from context_effects.measurement.fit import FAST_LOOP_COMPILE, _sampler_loop
 
-    with _loop_compiler_options(FAST_LOOP_COMPILE) as loop:
+    with _sampler_loop(FAST_LOOP_COMPILE) as loop:
         last = fori_collect(0, 3, lambda x: x + 1.0, jnp.zeros(()), progbar=False, return_last_val=True)[1]
     assert loop.loops == 1 and float(last) == 3.0
     with pytest.warns(RuntimeWarning, match="_fori_collect_loop"):
-        with _loop_compiler_options(FAST_LOOP_COMPILE):
+        with _sampler_loop(FAST_LOOP_COMPILE):
             pass
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,7 +402,7 @@ def fit_nuts(
         )
         if fast_loop is None:
             fast_loop = chains * (warmup + samples) * data.n_ratings <= FAST_LOOP_MAX_WORK
-        loop = _loop_compiler_options(_compiler_options("loop") if fast_loop else None)
+        loop = _sampler_loop(_compiler_options("loop") if fast_loop else None)
         key = jax.random.PRNGKey(seed)
         t0 = time.perf_counter()
         with loop, _warmup_windows(tuple(warmup_windows) if warmup_windows else None):
@@ -482,17 +482,24 @@ def adaptation_windows(num_steps: int, start_buffer: int, first_window: int, end
     return windows
 
 
-class _loop_compiler_options:
-    """Within the block, numpyro's sampler loop is compiled with XLA options ``options``
-    (None: XLA's defaults, the block does nothing).
+class _sampler_loop:
+    """Within the block, numpyro's sampler loop is compiled once per fit, and with XLA
+    options ``options`` (None: XLA's defaults).
 
-    numpyro compiles the loop itself (``numpyro.util.fori_collect`` jits its
-    ``_fori_collect_loop`` through the module's ``maybe_jit``, looked up at each call) with
-    no setting for XLA's options, so the block wraps that module's ``maybe_jit`` and
-    restores it afterwards. The block can be entered more than once (warm-up, then
-    sampling). On leaving, if the options were given but no loop was compiled through the
-    wrapper (a numpyro that names or compiles its loop otherwise), it warns: the fit is
-    right, only its set-up slower."""
+    numpyro compiles the loop itself: ``numpyro.util.fori_collect`` jits its
+    ``_fori_collect_loop`` through the module's ``maybe_jit`` (looked up at each call), with
+    the step function ``_body_fn`` as a static argument, and has no setting for XLA's
+    options. ``_body_fn`` is cached by numpyro, but jitted afresh at every call, and a fresh
+    jit wrapper is a new static argument: each phase of each chain (warm-up, then draws, per
+    sequential chain) traced, lowered and compiled (or loaded from the persistent cache) the
+    same loop again, four times for two chains. The block wraps that module's
+    ``maybe_jit``: the same function with the same arguments gets the same jit wrapper, so
+    the later phases and chains find the first one's program in JAX's own cache (the same
+    program: the draws are unchanged); and the loop gets ``options``. It restores
+    ``maybe_jit`` on leaving and can be entered more than once (warm-up, then sampling). On
+    leaving, if options were given but no loop was compiled through the wrapper (a numpyro
+    that names or compiles its loop otherwise), it warns: the fit is right, only its set-up
+    slower."""
 
     LOOP = "_fori_collect_loop"
 
@@ -500,30 +507,35 @@ class _loop_compiler_options:
         self.options = dict(options) if options else None
         self.loops = 0
         self._original = None
+        self._jitted: dict[tuple, Callable] = {}
 
     def __enter__(self):
-        if self.options is None:
-            return self
         from numpyro import util
 
         self._original = original = util.maybe_jit
 
         def maybe_jit(fn, *args, **kwargs):
-            if getattr(fn, "__name__", None) == self.LOOP:
-                self.loops += 1
-                kwargs = {**kwargs, "compiler_options": self.options}
-            return original(fn, *args, **kwargs)
+            try:
+                key = (fn, args, tuple(sorted(kwargs.items())))
+                hash(key)
+            except TypeError:
+                return original(fn, *args, **kwargs)
+            if key not in self._jitted:
+                if getattr(fn, "__name__", None) == self.LOOP:
+                    self.loops += 1
+                    if self.options is not None:
+                        kwargs = {**kwargs, "compiler_options": self.options}
+                self._jitted[key] = original(fn, *args, **kwargs)
+            return self._jitted[key]
 
         util.maybe_jit = maybe_jit
         return self
 
     def __exit__(self, *exc):
-        if self._original is None:
-            return False
         from numpyro import util
 
         util.maybe_jit, self._original = self._original, None
-        if exc[0] is None and self.loops == 0:
+        if exc[0] is None and self.options is not None and self.loops == 0:
             warnings.warn(f"numpyro compiled no {self.LOOP} through numpyro.util.maybe_jit: the sampler loop was "
                           f"compiled with XLA's default options, not {self.options} (slower set-up, same fit)",
                           RuntimeWarning, stacklevel=2)

@@ -396,7 +396,7 @@ def fit_nuts(
         if not keep_locals:
             dropped = dropped + standard_local_sites(options)
         # Both phases collect the same fields so that, when warmup == samples (the paper's
-        # 1,500 + 1,500), numpyro reuses the compiled loop instead of compiling a second one.
+        # 1,500 + 1,500), the draws reuse the warm-up's compiled loop (``_sampler_loop``).
         fields = ("num_steps", "accept_prob", "adapt_state.step_size", "diverging") + tuple(
             f"~z.{s}" for s in dropped
         )

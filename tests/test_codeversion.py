@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,32 @@ def test_versions_are_kept_on_disk_per_state_of_the_sources(baseline, pristine, 
     edit_definition(root / "src" / "context_effects" / "measurement" / "fit.py", "fit_nuts")
     assert _changed(baseline, _versions(root)) == {"fit_model.py"}
     assert len(_cache_files(root)) == 2 and json.loads(cache.read_text()) == _stored_form(baseline)
+
+
+def test_a_new_state_of_the_sources_keeps_the_most_recent_cache_files(baseline, pristine, tmp_path):
+    """The folder keeps ``KEEP_STATES`` files (the newest, by modification time) and drops a
+    writer's temporary file left for more than an hour; the current state's file is kept."""
+    from context_effects.codeversion import KEEP_STATES
+
+    root = _copy(tmp_path, pristine)
+    folder = root / ".cache" / "codeversion"
+    folder.mkdir(parents=True)
+    now = time.time()
+    old = []
+    for i in range(KEEP_STATES + 5):
+        f = folder / f"{i:032x}.json"
+        f.write_text("{}")
+        os.utime(f, (now - 86400 - i, now - 86400 - i))  # file 0 the newest of them
+        old.append(f)
+    left, fresh = folder / "left-by-a-killed-writer.tmp", folder / "being-written.tmp"
+    left.write_text("{")
+    os.utime(left, (now - 7200, now - 7200))
+    fresh.write_text("{")
+    assert _versions(root) == baseline
+    kept = set(folder.glob("*.json"))
+    assert len(kept) == KEEP_STATES and len(kept - set(old)) == 1  # the current state's, and
+    assert set(old[:KEEP_STATES - 1]) <= kept  # the newest of the others
+    assert not left.exists() and fresh.exists()
 
 
 def test_an_unwritable_cache_only_costs_the_computation(baseline, pristine, tmp_path):

@@ -43,6 +43,7 @@ import inspect
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -426,12 +427,34 @@ def _store(key: str, version: str) -> None:
     path = _cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        new_state = not path.exists()
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as tmp:
             json.dump({**_read_versions(path), **stored}, tmp, sort_keys=True)
         os.chmod(tmp.name, 0o644)
         os.replace(tmp.name, path)
+        if new_state:
+            _prune(path.parent)
     except OSError:
         pass  # a read-only checkout: each process computes the versions again
+
+
+#: Cache files kept (one per state of the sources); older ones are removed when a new state
+#: writes its first version, so editing all day does not grow the folder without bound.
+KEEP_STATES = 32
+
+
+def _prune(folder: Path) -> None:
+    def age(p: Path) -> float:
+        try:
+            return p.stat().st_mtime
+        except OSError:
+            return float("inf")  # already gone
+
+    files = sorted(folder.glob("*.json"), key=age, reverse=True)
+    # a writer killed between its temporary file and the rename leaves the temporary file
+    stale = [p for p in folder.glob("*.tmp") if age(p) < time.time() - 3600]
+    for p in files[KEEP_STATES:] + stale:
+        p.unlink(missing_ok=True)
 
 
 def _persisted(key: str, compute: Callable[[], str]) -> str:

@@ -144,9 +144,9 @@ def is_converted(out_dir: Path, package: str, dtype: str = "float32") -> bool:
 def _one_gguf_read() -> Iterator[None]:
     """Parse each GGUF file once while converting.
 
-    transformers parses the whole file for the config, again for the weights and again for
-    the tokenizer (each time ``from gguf import GGUFReader``); for a 262k-token vocabulary
-    (Gemma 3) one parse is about 20 s of Python. A parsed reader is read-only (a memory
+    transformers parses the whole file four times (twice for the config, once each for the
+    weights and the tokenizer, each time ``from gguf import GGUFReader``) and the BOS flag
+    below a fifth; for a 262k-token vocabulary (Gemma 3) one parse is about 20 s of Python. A parsed reader is read-only (a memory
     map and its fields), so every reader asked for in the block is the first one made."""
     import gguf
 

@@ -70,6 +70,24 @@ def segs(store: ResponseStore) -> list[Path]:
     return sorted(store.seg_dir.glob("seg-*.parquet"))
 
 
+def test_a_key_is_the_hash_of_its_canonical_form_computed_once() -> None:
+    """The key is kept on the request after its first use (the runner asks for it several
+    times per request); it stays the SHA-256 of the canonical JSON, a changed copy gets
+    its own, and equality and pickling still see only the fields."""
+    import dataclasses
+    import hashlib
+    import pickle
+
+    r = req(1)
+    blob = json.dumps(r.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    assert r.key == hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    assert r.key is r.key  # kept, not recomputed
+    again = dataclasses.replace(r, attempt=1)
+    assert again.key != r.key and again.key == req(1, attempt=1).key
+    assert req(1) == r and hash(req(1)) == hash(r) and "key" not in dataclasses.asdict(r)
+    assert pickle.loads(pickle.dumps(r)).key == r.key == req(1).key
+
+
 def test_round_trip_every_field(tmp_path: Path) -> None:
     s = ResponseStore(tmp_path / "s")
     r = req(1)

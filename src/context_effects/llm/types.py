@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from context_effects.utc import utc_now_iso
@@ -95,8 +96,11 @@ class LLMRequest:
                 del body["sampling"][late]
         return body
 
-    @property
+    @cached_property
     def key(self) -> str:
+        # Computed once per request (every field of a frozen request is fixed): the runner,
+        # the store and the shard checks ask for it several times, and for a long Study A
+        # conversation it is most of what answering from the store costs.
         blob = json.dumps(self.canonical(), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 

@@ -93,12 +93,12 @@ def _submit(
                 break
             time.sleep(0.5)
     finally:
+        # Killed, not stopped: only the sbatch lines are checked, and on SIGTERM or Ctrl-C
+        # Snakemake waits for the plugin's status thread to sleep out its poll interval
+        # (10 s, then 20 s) before it exits. The whole group goes: local jobs included.
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         output = proc.stdout.read() if proc.stdout else ""
     assert len(sbatch) >= n_expected, f"expected {n_expected} sbatch calls, got {len(sbatch)}:\n{output[-4000:]}"
     return sbatch

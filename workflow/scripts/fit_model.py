@@ -1,8 +1,15 @@
 """Fit the measurement model for one (dataset, variant): draws, summary, diagnostics, per-answer θ."""
 
 import os
+import sys
 
 from context_effects.jobs import bound_threads, setup_job_logging
+
+# ArviZ compiles a numba ufunc while it is imported, and its ESS compiles another at its first
+# call, where numba is installed (vLLM's CPU build brings it): 0.65 CPU-s of each fit job, for
+# none of the fit's numbers (its NumPy paths give the same ESS to 1e-13). The measurement
+# environment (envs/measurement.yaml) has no numba; this makes every other one match it.
+sys.modules.setdefault("numba", None)
 
 settings = dict(snakemake.params.settings)
 parallel = settings["method"] == "nuts" and settings["chain_method"] == "parallel" and settings["chains"] > 1

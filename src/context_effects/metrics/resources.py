@@ -131,8 +131,16 @@ def wordnet_reader(nltk_dir: str | Path):
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
+    class EnglishWordNet(WordNetCorpusReader):
+        def map_wn(self, version="wordnet"):
+            # The map from WordNet 3.0 synsets to the loaded version's serves the multilingual
+            # (OMW) files alone, which this reader has none of. NLTK builds it whenever the
+            # loaded version's string is not "wordnet" (always), reading index.sense twice:
+            # about 2 of the 5 CPU-s of a text-metrics job on a small run.
+            return None
+
     use_nltk_data(nltk_dir)
     with warnings.catch_warnings():
         # METEOR needs English only; NLTK warns that multilingual lookups are unavailable.
         warnings.filterwarnings("ignore", message="The multilingual functions")
-        return WordNetCorpusReader(nltk.data.find("corpora/wordnet"), None)
+        return EnglishWordNet(nltk.data.find("corpora/wordnet"), None)

@@ -35,7 +35,6 @@ from scipy import stats
 
 from context_effects.metrics.answers import DATASET_LABELS, TABLE_CONDITIONS
 from context_effects.metrics.classifiers import NOT_COMPUTED
-from context_effects.metrics.lexical import corpus_bleu
 
 
 def round2_cells(rows: pd.DataFrame) -> pd.DataFrame:
@@ -60,6 +59,10 @@ def _cell_means(rows: pd.DataFrame, columns: Mapping[str, str]) -> pd.DataFrame:
 
 def lexical_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Table 13: ROUGE-L recall/F1, METEOR, mean sentence BLEU and corpus BLEU per cell."""
+    # here, not at the top: lexical.py imports NLTK (and NLTK scikit-learn), 0.3 CPU-s that
+    # every other table of the metrics stage would pay
+    from context_effects.metrics.lexical import corpus_bleu
+
     out = _cell_means(rows, {"rougeL_recall": "ROUGE-L Recall", "rougeL_f1": "ROUGE-L F1",
                              "meteor": "METEOR", "bleu": "BLEU"})
     df = round2_cells(rows)

@@ -177,9 +177,8 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
-#: Module-scoped fixtures cheap enough for each worker to make its own (the path of a
-#: folder, which the workers may share): grouping by one would pin every test that uses it
-#: to one worker.
+#: Module-scoped fixtures cheap enough for each worker to make its own (a scratch folder):
+#: sharing one would pin every test that uses it to one worker.
 PER_WORKER_FIXTURES = frozenset({"jax_cache"})
 
 

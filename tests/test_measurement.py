@@ -158,14 +158,7 @@ def _simulate(gamma=GAMMA_TRUE, seed=11):
 
 @pytest.fixture(scope="module")
 def jax_cache(tmp_path_factory):
-    """The session's own compile cache, one folder for all its xdist workers: this module's
-    tests spread over the workers, and a program one of them compiled (the same model on
-    data of the same shapes) is loaded by the other instead of compiled again (about 40 of
-    this module's worker-seconds; docs/benchmarks.md, "The test suite")."""
-    base = tmp_path_factory.getbasetemp()
-    path = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "jaxcache"
-    path.mkdir(exist_ok=True)
-    return path
+    return tmp_path_factory.mktemp("jaxcache")
 
 
 @pytest.fixture(scope="module")

@@ -50,6 +50,25 @@ def test_missing_wordnet_names_the_debian_package(tmp_path):
         resources.use_nltk_data(tmp_path / "empty")
 
 
+def test_wordnet_reader_leaves_out_only_the_multilingual_map(nltk_dir):
+    """The reader METEOR uses skips NLTK's map from WordNet 3.0 onto the loaded version (it
+    serves the multilingual files alone, and took half a text-metrics job); its English
+    synsets and lemmas are those of NLTK's own reader over the same folder."""
+    import warnings
+
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    ours = resources.wordnet_reader(nltk_dir)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The multilingual functions")
+        theirs = WordNetCorpusReader(ours.root, None)
+    assert ours.map30 is None and len(theirs.map30) > 100_000
+    for word in ("car", "auto", "stopped", "bank", "run", "quickly", "good", "sat"):
+        assert [(s.name(), s.lemma_names()) for s in ours.synsets(word)] == \
+            [(s.name(), s.lemma_names()) for s in theirs.synsets(word)], word
+        assert ours.morphy(word) == theirs.morphy(word)
+
+
 # ------------------------------------------------------------ lexical metrics
 
 

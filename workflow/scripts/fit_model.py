@@ -6,7 +6,7 @@ import sys
 from context_effects.jobs import bound_threads, setup_job_logging
 
 # ArviZ compiles a numba ufunc while it is imported, and its ESS compiles another at its first
-# call, where numba is installed (vLLM's CPU build brings it): 0.65 CPU-s of each fit job, for
+# call, where numba is installed (vLLM's CPU build brings it): about 0.7 CPU-s of each fit job, for
 # none of the fit's numbers (its NumPy paths give the same ESS to 1e-13). The measurement
 # environment (envs/measurement.yaml) has no numba; this makes every other one match it.
 sys.modules.setdefault("numba", None)

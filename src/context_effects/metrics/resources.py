@@ -136,7 +136,7 @@ def wordnet_reader(nltk_dir: str | Path):
             # The map from WordNet 3.0 synsets to the loaded version's serves the multilingual
             # (OMW) files alone, which this reader has none of. NLTK builds it whenever the
             # loaded version's string is not "wordnet" (always), reading index.sense twice:
-            # about 2 of the 5 CPU-s of a text-metrics job on a small run.
+            # half the CPU of a text-metrics job on a small run.
             return None
 
     use_nltk_data(nltk_dir)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -423,13 +424,43 @@ def test_jobs_answering_at_once_stay_within_the_budget_together(tmp_path, monkey
     assert paid_in_logs(attempts) == pytest.approx(bill)
     beyond_own = []
     for name, stopped in outcomes.items():
-        said = float(str(stopped).split("the run has paid $")[1].split(" ")[0].replace(",", ""))
+        text = str(stopped)
+        said = float(text.split("the run has paid $")[1].split(" ")[0].replace(",", ""))
+        held = re.search(r"other jobs hold \$([\d,.]+) more for their calls in flight", text)
+        held = float(held.group(1).replace(",", "")) if held else 0.0
         own = AttemptLog(attempts / f"smoke/judge/gpt/{name}.jsonl").previous()[-1]["cost_usd"]
-        # The run's spending when the job stopped, as printed (4 decimals): at least its
+        # What the run had paid when the job stopped, as printed (4 decimals): at least its
         # own, at most the bill (the other job's calls in flight may have come back since).
-        assert own - 5e-5 <= said <= bill + 5e-5, (name, own, said, bill)
-        beyond_own.append(said - own)
-    assert max(beyond_own) > 5e-5  # a message counts the other job's spending too
+        # What the other job held for calls in flight is said apart, never as paid.
+        assert own - 5e-5 <= said <= bill + 5e-5, (name, own, said, held, bill)
+        beyond_own.append(said + held - own)
+    # a message counts the other job too: what it paid, or holds for its calls in flight
+    assert max(beyond_own) > 5e-5
+
+
+def test_the_stop_message_says_what_was_paid_and_what_other_jobs_hold_apart(tmp_path):
+    """A job stopped by another job's reservation (the upper bounds of its calls in flight)
+    says what the run has paid, and what the other job holds, apart: a reservation is not a
+    payment, and it settles to what the calls cost."""
+    import os
+    import socket
+
+    from context_effects.llm.runner import run_budget_message
+
+    root = tmp_path / "attempts"
+    root.mkdir()
+    held = {"other": {"reserved_usd": 0.0021, "shard": "judge/0000", "host": socket.gethostname(), "pid": os.getpid()}}
+    (root / RunBudget.RESERVATIONS).write_text(json.dumps(held))
+    budget = RunBudget(0.002, root).for_attempt("this", shard="judge/0001")
+    live = Ledger()
+    live.cost_usd = 0.0003
+    assert budget.reached(live)
+    text = run_budget_message(budget, budget.paid(live), budget.spent(live, fresh=True), 0, "gpt")
+    assert "the run has paid $0.0003 of its budget run.budget_usd = $0.00 " \
+           "(other jobs hold $0.0021 more for their calls in flight)" in text, text
+    (root / RunBudget.RESERVATIONS).write_text("{}")  # settled or released: nothing held
+    text = run_budget_message(budget, budget.paid(live), budget.spent(live, fresh=True), 0, "gpt")
+    assert "the run has paid $0.0003 of its budget run.budget_usd = $0.00 (every" in text, text
 
 
 def test_replies_without_token_usage_count_at_their_bound_and_the_budget_holds(tmp_path, monkeypatch, caplog):

@@ -396,6 +396,12 @@ class RunBudget:
     def spent(self, live: Ledger | None = None, fresh: bool = False) -> float:
         return self.spent_elsewhere(fresh) + (live.cost_usd if live is not None else 0.0)
 
+    def paid(self, live: Ledger | None = None) -> float:
+        """USD the run's attempts have paid (their attempts logs, this attempt's ``live``
+        ledger): ``spent`` without what other attempts hold reserved for calls in flight."""
+        return paid_in_logs(self.root, exclude_attempt=self.exclude_attempt) + (
+            live.cost_usd if live is not None else 0.0)
+
     def reached(self, live: Ledger | None = None) -> bool:
         # Nothing paid reaches nothing: a budget of 0 stops paid calls, not free ones.
         spent = self.spent(live)

@@ -118,11 +118,15 @@ class BudgetReached(RuntimeError):
     """
 
 
-def run_budget_message(budget: RunBudget, spent: float, calls: int, model_name: str | None) -> str:
-    """Why the runner stopped for the run's budget, and how to go on."""
+def run_budget_message(budget: RunBudget, paid: float, spent: float, calls: int, model_name: str | None) -> str:
+    """Why the runner stopped for the run's budget, and how to go on. ``spent`` is ``paid``
+    and what other jobs hold reserved for their calls in flight (their upper bounds, settled
+    to what those calls cost when they come back): said apart, not as paid."""
     who = f"model {model_name}: " if model_name else ""
+    held = spent - paid
+    holding = f" (other jobs hold ${held:,.4f} more for their calls in flight)" if held >= 5e-5 else ""
     return (
-        f"{who}the run has paid ${spent:,.4f} of its budget run.budget_usd = ${budget.limit_usd:,.2f} "
+        f"{who}the run has paid ${paid:,.4f} of its budget run.budget_usd = ${budget.limit_usd:,.2f}{holding} "
         f"(every answering job's attempts log under {budget.root}); stopped sending after {calls} calls "
         "this attempt. Every answer received is stored and counted. To go on, raise run.budget_usd "
         "and rerun: stored answers are not paid again. `snakemake estimate` prints what the whole "
@@ -635,7 +639,8 @@ def run_requests(
     def stop_for_run_budget() -> BudgetReached:
         assert budget is not None
         return BudgetReached(
-            run_budget_message(budget, budget.spent(led, fresh=True), led.calls - calls_before, model_name)
+            run_budget_message(budget, budget.paid(led), budget.spent(led, fresh=True), led.calls - calls_before,
+                               model_name)
         )
 
     def stop_for_write() -> WriteFailed:

@@ -6,22 +6,6 @@ import logging
 import os
 import sys
 
-
-def _drop_repeated_path_entries() -> None:
-    """Keep the first of each repeated ``sys.path`` entry.
-
-    Snakemake's script preamble adds its own ``sys.path`` to the job's, so a job lists its
-    site-packages three times; imports take the first match either way, but every scan of
-    the installed distributions reads each one thrice (JAX's plugin discovery while it is
-    imported, transformers' package map: 0.1 and 0.25 CPU-s more per job;
-    docs/benchmarks.md, "The test suite")."""
-    seen: set[str] = set()
-    sys.path[:] = [p for p in sys.path if not (p in seen or seen.add(p))]
-
-
-# Every job script imports this module first, before the libraries that scan.
-_drop_repeated_path_entries()
-
 _THREAD_VARS = (
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",

@@ -455,11 +455,11 @@ def test_the_stop_message_says_what_was_paid_and_what_other_jobs_hold_apart(tmp_
     live = Ledger()
     live.cost_usd = 0.0003
     assert budget.reached(live)
-    text = run_budget_message(budget, budget.paid(live), budget.spent(live, fresh=True), 0, "gpt")
+    text = run_budget_message(budget, *budget.paid_and_held(live), 0, "gpt")
     assert "the run has paid $0.0003 of its budget run.budget_usd = $0.00 " \
            "(other jobs hold $0.0021 more for their calls in flight)" in text, text
     (root / RunBudget.RESERVATIONS).write_text("{}")  # settled or released: nothing held
-    text = run_budget_message(budget, budget.paid(live), budget.spent(live, fresh=True), 0, "gpt")
+    text = run_budget_message(budget, *budget.paid_and_held(live), 0, "gpt")
     assert "the run has paid $0.0003 of its budget run.budget_usd = $0.00 (every" in text, text
 
 

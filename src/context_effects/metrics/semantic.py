@@ -101,7 +101,7 @@ def _unique_index(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
 
 
 class SbertSimilarity:
-    """Cosine similarity of text pairs; each distinct text is embedded once."""
+    """Cosine similarity of text pairs; each distinct text is embedded once per call."""
 
     def __init__(self, model_name: str, device: str = "cpu", batch_size: int = 64):
         from sentence_transformers import SentenceTransformer
@@ -116,20 +116,33 @@ class SbertSimilarity:
 
     def similarity(self, texts: Sequence[str], others: Sequence[str | None]) -> np.ndarray:
         """cos(texts[i], others[i]); NaN where ``others[i]`` is None."""
+        return self.similarities(texts, others)[0]
+
+    def similarities(self, texts: Sequence[str], *others: Sequence[str | None]) -> tuple[np.ndarray, ...]:
+        """``similarity`` of ``texts`` to each list of ``others``, every distinct text of them all
+        embedded once: the answers are most of the texts, and each list compares the same answers
+        (to the gold answer, to the block shown), so separate calls would embed them again."""
         from sentence_transformers.util import pairwise_cos_sim
 
-        if len(texts) != len(others):
-            raise ValueError(f"{len(texts)} texts but {len(others)} comparison texts")
-        out = np.full(len(texts), np.nan)
-        keep = [i for i, o in enumerate(others) if o is not None]
-        if not keep:
-            return out
-        uniq, idx = _unique_index([texts[i] for i in keep] + [others[i] for i in keep])
-        emb = self.model.encode(uniq, batch_size=self.batch_size, convert_to_tensor=True)
-        n = len(keep)
-        sims = pairwise_cos_sim(emb[idx[:n]], emb[idx[n:]]).float().cpu().numpy()
-        out[keep] = sims
-        return out
+        for other in others:
+            if len(texts) != len(other):
+                raise ValueError(f"{len(texts)} texts but {len(other)} comparison texts")
+        keeps = [[i for i, o in enumerate(other) if o is not None] for other in others]
+        used = sorted({i for keep in keeps for i in keep})
+        uniq, idx = _unique_index([texts[i] for i in used] + [other[i] for other, keep in zip(others, keeps)
+                                                               for i in keep])
+        emb = self.model.encode(uniq, batch_size=self.batch_size, convert_to_tensor=True) if uniq else None
+        position = {i: k for k, i in enumerate(used)}
+        out, start = [], len(used)
+        for keep in keeps:
+            sims = np.full(len(texts), np.nan)
+            if keep:
+                own = idx[[position[i] for i in keep]]
+                shown = idx[start:start + len(keep)]
+                sims[keep] = pairwise_cos_sim(emb[own], emb[shown]).float().cpu().numpy()
+            out.append(sims)
+            start += len(keep)
+        return tuple(out)
 
 
 class BertScore:

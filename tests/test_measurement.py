@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 # One thread per process: the test machine has 2 cores shared with other jobs.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
@@ -1086,3 +1089,39 @@ def test_table4_prints_one_row_per_judge_of_the_primary_dataset():
     # Without hosted-judge datasets in the run, Table 4 is the first dataset's main fit.
     cfg["conformity"]["hosted_judge_datasets"] = []
     assert table_settings(cfg, "4")["table4_dataset"] == "mmlu_pro"
+
+
+_BACKEND_PROBE = """
+import json, os, sys
+from context_effects.measurement.fit import start_cpu_backend
+cores = os.sched_getaffinity(0)
+if sys.argv[1] == "held":  # the whole process on one core: what a pool of one thread looks like
+    os.sched_setaffinity(0, {min(cores)})
+    import jax
+    jax.devices()
+    n = 1
+else:
+    n = start_cpu_backend(int(sys.argv[1]))
+import jax.numpy as jnp
+(jnp.ones(8) * 2).block_until_ready()
+tasks = os.listdir("/proc/self/task")
+print(json.dumps({"n": n, "threads": len(tasks), "cores": sorted({len(os.sched_getaffinity(int(t))) for t in tasks})}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs CPU affinity and at least two cores")
+def test_cpu_backend_pool_has_the_jobs_threads_and_every_thread_may_use_every_core():
+    """A fit job of one thread on a machine of several cores: XLA's pool is the one-core
+    process's, and afterwards no thread is held to one core."""
+    cores = len(os.sched_getaffinity(0))
+
+    def probe(mode):
+        out = subprocess.run([sys.executable, "-c", _BACKEND_PROBE, mode], capture_output=True, text=True,
+                             check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+        return json.loads(out.stdout.splitlines()[-1])
+
+    one, held, every = probe("1"), probe("held"), probe(str(cores))
+    assert one["n"] == 1 and every["n"] == cores
+    assert one["threads"] == held["threads"] < every["threads"]
+    assert one["cores"] == [cores] and every["cores"] == [cores]

@@ -16,12 +16,18 @@ parallel = settings["method"] == "nuts" and settings["chain_method"] == "paralle
 # JAX fixes its host devices when it starts: one device per chain lets numpyro run the
 # chains in parallel (chain_method="parallel"), one core each (the rule's threads).
 if parallel:
+    # First: XLA stops reading XLA_FLAGS at a word that is not a flag (a common recipe's
+    # "intra_op_parallelism_threads=1"), and a device count after it would be lost.
     flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={settings['chains']}".strip()
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={settings['chains']} {flags}".strip()
 bound_threads(snakemake.threads)
 log = setup_job_logging(snakemake.log[0])
 
-from context_effects.measurement.pipeline import FitSpec, run_fit  # noqa: E402 (after XLA_FLAGS)
+from context_effects.measurement.fit import start_cpu_backend  # noqa: E402 (after XLA_FLAGS)
+from context_effects.measurement.pipeline import FitSpec, run_fit  # noqa: E402
+
+# XLA's compute pool as large as the job's threads, not the machine's cores.
+start_cpu_backend(snakemake.threads)
 
 spec_d = dict(snakemake.params.spec)
 spec = FitSpec(**{**spec_d, "judges": tuple(spec_d["judges"])})

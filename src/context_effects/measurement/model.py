@@ -257,7 +257,7 @@ def select_by_rating(y, values, first: int = 0):
     with the ratings an argument of the compiled program (as in the sampler) XLA on CPU then
     keeps the rating grid's intermediates apart; selects fuse with the rest of the
     likelihood into one loop over the grid. Same values; one gradient of the rehearsal's
-    blind-quality fit took 0.34 instead of 1.37 ms, of its main fit 0.23 instead of 0.41
+    blind-quality fit took 0.34 instead of 1.35 ms, of its main fit 0.24 instead of 0.41
     (docs/benchmarks.md, "The documented rehearsal")."""
     out = jnp.zeros(jnp.shape(y), values.dtype)
     for k in range(values.shape[0]):

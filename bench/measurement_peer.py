@@ -287,11 +287,15 @@ def ours_fit(spec: dict) -> dict:
 
     from context_effects.measurement import fit_nuts
 
+    if spec["init"].startswith("nutpie"):
+        import nutpie  # noqa: F401 (imported before the clock starts, as the peer's is)
     data, _ = simulated(spec["items"], spec["data_seed"])
     # the same ratings as the peer's file (the simulation is seeded; this guards the claim)
     if not np.array_equal(np.load(spec["data"])["row_y"], data.row_y):
         raise SystemExit("our worker's data differ from the peer's .npz")
     c0 = _cpu()
+    if spec["init"].startswith("nutpie"):
+        return ours_nutpie_fit(spec, data, c0)
     fit = fit_nuts(data, chains=spec["chains"], warmup=spec["warmup"], samples=spec["samples"], seed=spec["seed"],
                    target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"],
                    precision="float64", theta_anchor=spec["theta_anchor"], init=spec["init"],
@@ -312,14 +316,44 @@ def ours_fit(spec: dict) -> dict:
     }
 
 
+def ours_nutpie_fit(spec: dict, data, c0: float) -> dict:
+    """``ours-nutpie`` (``-lowrank``): fit_nutpie, nutpie's sampler over our log density."""
+    import numpy as np
+
+    from context_effects.measurement.fit import fit_nutpie
+
+    fit = fit_nutpie(data, chains=spec["chains"], warmup=spec["warmup"], samples=spec["samples"], seed=spec["seed"],
+                     target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"],
+                     precision="float64", theta_anchor=spec["theta_anchor"],
+                     split_means=tuple(spec.get("split_means", ())), keep_locals=False,
+                     low_rank_mass=spec["init"].endswith("-lowrank"),
+                     compilation_cache=spec["cache"] if spec["cache"] else True)
+    cpu = _cpu() - c0
+    t, st = fit.timings, fit.sampler_stats
+    np.savez(spec["draws"], eta=fit.samples["eta"], gamma=fit.samples["gamma"])
+    return {
+        "compile_s": t["compile_s"], "compiled_programs": t["compiled_programs"],
+        "setup_s": t["setup_s"], "setup_cpu_s": t["setup_cpu_s"],
+        # nutpie runs warm-up and draws in one call: both are under sampling
+        "warmup_s": float("nan"), "sampling_s": t["sampling_s"],
+        "wall_s": t["total_s"], "cpu_s": cpu,
+        "steps_per_draw": float(np.mean(st["num_steps"])), "step_size": float(np.mean(st["step_size"])),
+        "divergences": int(st["diverging"].sum()),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 # ----------------------------------------------------------------------------- parent
 
 
-def run_worker(python: str, spec: dict, env_extra: dict | None = None) -> dict:
+def run_worker(python: str, spec: dict, env_extra: dict | None = None, core: int | None = None) -> dict:
+    """One fit in a fresh process; with ``core``, the process and every thread it starts are
+    held to that core (XLA's pool, nutpie's sampler thread and the Python thread alike)."""
     env = {**os.environ, **_thread_env(), "PYTHONPATH": str(REPO / "src"), **(env_extra or {})}
     t0 = time.perf_counter()
-    proc = subprocess.run([python, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True, text=True,
-                          cwd=REPO)
+    pin = [] if core is None else ["taskset", "--cpu-list", str(core)]
+    proc = subprocess.run([*pin, python, __file__, "--worker", json.dumps(spec)], env=env, capture_output=True,
+                          text=True, cwd=REPO)
     if proc.returncode != 0:
         raise SystemExit(f"worker {spec.get('variant', spec['kind'])} failed:\n{proc.stderr[-4000:]}")
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_s": time.perf_counter() - t0}
@@ -451,7 +485,12 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=400)
     ap.add_argument("--chains", type=int, default=1, help="per fit, one after the other")
     ap.add_argument("--repeats", type=int, default=3, help="runs per variant (sampler seeds 42, 43, ...)")
-    ap.add_argument("--variants", default="ours,nutpie-jax,nutpie-numba")
+    ap.add_argument("--variants", default="ours,nutpie-jax,nutpie-numba",
+                    help="ours (= ours-<init> for each of --inits), ours-nutpie, ours-nutpie-lowrank, nutpie-jax, "
+                    "nutpie-numba")
+    ap.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                    else None, help="the core every fit's process is held to (default: the last one this "
+                    "process may use; -1: not held)")
     ap.add_argument("--inits", help="our starts, e.g. median,svi (default: the config's init)")
     ap.add_argument("--cache", choices=("cold", "warm"), default="cold",
                     help="cold: every fit compiles into empty caches; warm: the usual cache directories")
@@ -464,6 +503,8 @@ def main() -> None:
     ap.add_argument("--rerun", default="", help="with --resume: variants whose kept runs are dropped and run "
                     "again, e.g. ours after a change to our fit (the peers' runs stay)")
     args = ap.parse_args()
+    if args.core is not None and args.core < 0:
+        args.core = None
     if (args.resume or args.rerun) and not (args.json and args.resume):
         ap.error("--resume needs --json, and --rerun needs --resume")
     if args.worker:
@@ -557,7 +598,7 @@ def main() -> None:
                         # the sampler as this run had it: a resumed file may mix runs of several
                         sampler = {"init": spec["init"], "split_means": spec["split_means"]}
                         python = sys.executable
-                    r = run_worker(python, spec, env)
+                    r = run_worker(python, spec, env, core=args.core)
                     r.update(posterior_figures(caches / "draws.npz"))
                     shutil.rmtree(caches, ignore_errors=True)
                     r.update(variant=variant, items=items, ratings=data.n_ratings, repeat=rep, seed=42 + rep,

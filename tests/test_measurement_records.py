@@ -309,18 +309,21 @@ def test_table15_uses_blind_theta_of_every_execution_and_keeps_the_main_fit_as_a
             build(name, _config(chains=4))
 
 
+@pytest.mark.parametrize("sampler", ["numpyro", "nutpie"])
 def test_a_fit_job_records_its_settings_in_every_file_and_the_blind_fit_reads_every_execution(tmp_path,
-                                                                                              monkeypatch):
+                                                                                              monkeypatch, sampler):
     """run_fit (the fit rule's job) of the blind-quality fit on two simulated executions: every
     file carries the record the readers compare, and θ̂ covers both executions' answers,
-    fitted from their blind ratings alone."""
+    fitted from their blind ratings alone; with either sampler (nutpie's is in the record,
+    numpyro's, the default, is not, so fits made before the setting existed stay current)."""
     import xarray as xr
 
     from context_effects.measurement.pipeline import fit_families, run_fit, sampler_settings
     from context_effects.measurement.simulate import simulate_ratings
 
     monkeypatch.setenv("CONTEXT_EFFECTS_JAX_CACHE", str(tmp_path / "jax"))
-    cfg = _config(chains=1, warmup=20, samples=20)
+    cfg = _config(chains=1, warmup=20, samples=20, **({"sampler": sampler} if sampler != "numpyro" else {}))
+    assert ("sampler" in sampler_settings(cfg)) == (sampler != "numpyro")
     spec = next(s for s in fit_plan(cfg) if s.kind == BLIND_QUALITY)
     parts = []
     for i, seed in enumerate((42, 43)):
@@ -336,6 +339,7 @@ def test_a_fit_job_records_its_settings_in_every_file_and_the_blind_fit_reads_ev
     record = made_with(cfg, spec)
     assert diag[RECORD_KEY] == record and diag["fit"] == spec.as_dict()
     assert quality_record(out / "quality.parquet") == record
+    assert diag["settings"].get("sampler", "numpyro") == sampler and diag["chains"] == 1
     assert set(pd.read_csv(out / "summary.csv")[RECORD_SHA256_COLUMN]) == {record_sha256(record)}
     with xr.open_dataset(out / "posterior.nc", group="posterior") as post:
         assert json.loads(post.attrs[RECORD_KEY]) == record

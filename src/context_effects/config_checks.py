@@ -211,6 +211,13 @@ def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]
     problems: list[str] = synthetic_problems(cfg) + release_problems(cfg, workdir)
     if workdir is not None:
         problems += pinned_problems(cfg, workdir)
+    fit = cfg["conformity"]["fit"]
+    if cfg["conformity"]["enabled"] and fit["method"] == "nuts" and fit.get("sampler") == "nutpie" and fit.get("init", "median") != "median":
+        problems.append(
+            f"`conformity.fit.init` = {fit['init']!r} but `conformity.fit.sampler` = 'nutpie': that start is "
+            f"NumPyro's (nutpie starts each chain at a jitter of the origin and adapts its own mass matrix); "
+            f"set `conformity.fit.init: median` or `conformity.fit.sampler: numpyro`"
+        )
     datasets = cfg["datasets"]
     if _anchoring_on(cfg):
         n_tasks = cfg["anchoring"]["tasks_per_dataset"]

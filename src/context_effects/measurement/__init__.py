@@ -5,6 +5,7 @@ Typical use::
     from context_effects.measurement import prepare_data, fit_nuts, summarize, diagnostics, save_fit
     data = prepare_data(ratings_table)                 # data contract: see measurement.data
     fit = fit_nuts(data)                               # paper set-up + dense global mass block
+    # or fit_nutpie(data): nutpie's Rust NUTS over the same log density
     table = summarize(fit); diag = diagnostics(fit)
     save_fit(fit, "posterior.nc", "summary.csv", "diagnostics.json")
 
@@ -25,7 +26,7 @@ _EXPORTS = {
     "data": ("CONDITIONS", "PEER_D", "REQUIRED_COLUMNS", "MeasurementData", "RatingsError",
              "exclude_self_ratings", "model_family", "prepare_data", "validate_ratings"),
     "fit": ("REPORTED_BLOCKS", "Block", "Fit", "answer_quality", "compare_to_truth", "derived_blocks",
-            "diagnostics", "diagnostics_ok", "enable_compilation_cache", "fit_nuts", "fit_svi",
+            "diagnostics", "diagnostics_ok", "enable_compilation_cache", "fit_nuts", "fit_nutpie", "fit_svi",
             "rank_normalized_rhat", "save_fit", "set_precision", "summarize", "to_inference_data"),
     "model": ("GLOBAL_SITES", "ModelOptions", "global_sites", "log_likelihood", "make_model", "model_arrays",
               "ordered_logistic_logprob"),
@@ -67,6 +68,7 @@ __all__ = [
     "enable_compilation_cache",
     "exclude_self_ratings",
     "fit_nuts",
+    "fit_nutpie",
     "fit_svi",
     "global_sites",
     "log_likelihood",

@@ -290,7 +290,7 @@ PLAN_KEYS = (
     "max_divergences",
 )
 #: Sampler settings added after fits existed, with their defaults (``without_added_defaults``).
-SAMPLER_ADDED_DEFAULTS = {"init": "median", "split_means": []}
+SAMPLER_ADDED_DEFAULTS = {"init": "median", "split_means": [], "sampler": "numpyro"}
 #: Where a fit's files keep the record of what they were made with (``fit_record``): the
 #: key of diagnostics.json, the attribute of posterior.nc's posterior group and the
 #: schema metadata key of quality.parquet, each holding the record as JSON; summary.csv,
@@ -385,7 +385,7 @@ def run_fit(
     and quality.parquet into ``out_dir``, each with the record of ``spec``, ``settings`` and
     ``families`` (``fit_record``). ``settings`` is ``sampler_settings`` of the config."""
     from context_effects.measurement.data import prepare_data
-    from context_effects.measurement.fit import fit_nuts, fit_svi, save_fit
+    from context_effects.measurement.fit import fit_nuts, fit_nutpie, fit_svi, save_fit
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -399,7 +399,14 @@ def run_fit(
     common = {"seed": int(settings["seed"]), "precision": settings["precision"],
               "theta_anchor": spec.theta_anchor, "shift_prior": spec.shift_prior,
               "generator_mean": spec.generator_mean}
-    if settings["method"] == "nuts":
+    if settings["method"] == "nuts" and settings.get("sampler", "numpyro") == "nutpie":
+        fit = fit_nutpie(
+            data, chains=int(settings["chains"]), warmup=int(settings["warmup"]), samples=int(settings["samples"]),
+            target_accept=float(settings["target_accept"]), max_tree_depth=int(settings["max_tree_depth"]),
+            cores=int(settings["chains"]) if chain_method == "parallel" else 1,
+            split_means=tuple(settings.get("split_means", ())), **common,
+        )
+    elif settings["method"] == "nuts":
         fit = fit_nuts(
             data, chains=int(settings["chains"]), warmup=int(settings["warmup"]), samples=int(settings["samples"]),
             target_accept=float(settings["target_accept"]), max_tree_depth=int(settings["max_tree_depth"]),

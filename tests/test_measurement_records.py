@@ -113,6 +113,9 @@ def test_only_settings_that_change_the_numbers_count():
     # An option's default equals its absence (fits made before the option existed).
     assert differences(made_with(_config(init="median"), main), record) == []
     assert differences(made_with(_config(init="svi"), main), record) == [("conformity.fit.init", "svi", "median")]
+    assert differences(made_with(_config(sampler="numpyro"), main), record) == []
+    assert differences(made_with(_config(sampler="nutpie"), main), record) == [
+        ("conformity.fit.sampler", "nutpie", "numpyro")]
     # The anchor scale is the spec's: it counts through the spec.
     scale = _raw(theta_anchor=2.0)
     for m in ("g1", "g2"):  # the synthetic models plant their anchors at the fit's scale
@@ -123,6 +126,8 @@ def test_only_settings_that_change_the_numbers_count():
     # SVI reads its own keys and none of NUTS's.
     svi = _config(method="svi", svi_steps=100)
     assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=100, warmup=9), main)) == []
+    assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=100, sampler="nutpie"),
+                                                       main)) == []
     assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=200), main)) == [
         ("conformity.fit.svi_steps", 100, 200)]
     # Model families change only a fit that drops self-ratings.

@@ -54,9 +54,10 @@ from context_effects.measurement.pipeline import (
 #: Thread counts are no setting of a fit at all (the rule's ``threads``).
 NOT_NUMBERS = ("chain_method", "theta_anchor")
 #: Sampler settings only one method reads (``pipeline.run_fit``): NUTS never reads the SVI
-#: keys (its SVI start runs ``fit_nuts``'s own step count), SVI never the NUTS ones.
+#: keys (its SVI start runs ``fit_nuts``'s own step count), SVI never the NUTS ones (nor
+#: which sampler runs NUTS).
 METHOD_ONLY = {"chains": "nuts", "warmup": "nuts", "target_accept": "nuts", "max_tree_depth": "nuts",
-               "init": "nuts", "svi_steps": "svi", "svi_guide": "svi"}
+               "init": "nuts", "sampler": "nuts", "svi_steps": "svi", "svi_guide": "svi"}
 #: Where each part of a record comes from, as a differing setting is named.
 _SOURCES = {"spec": "fit plan ({})", "settings": "conformity.fit.{}", "families": "models.{}.family"}
 

@@ -214,7 +214,7 @@ def test_nutpie_sampler_recovers_planted_values_and_agrees_with_numpyros(recover
     the draws have fit_nuts's sites and layout, and η's and γ's posterior means agree with
     numpyro's fit of the same data within their Monte Carlo errors."""
     ours, truth, _ = recovery_fit
-    fit = fit_nutpie(ours.data, chains=2, warmup=300, samples=300, seed=3, cores=2, compilation_cache=jax_cache)
+    fit = fit_nutpie(ours.data, chains=2, warmup=200, samples=200, seed=3, cores=2, compilation_cache=jax_cache)
     assert recovery_failures(fit, truth) == []
     diag = diagnostics(fit)
     assert diag["divergences"] == 0 and diag["max_rhat"] < 1.1 and diag["chains"] == 2
@@ -1112,7 +1112,7 @@ def test_table4_prints_one_row_per_judge_of_the_primary_dataset():
 
 _BACKEND_PROBE = """
 import json, os, sys
-from context_effects.measurement.fit import start_cpu_backend
+from context_effects.measurement.cpu import start_cpu_backend
 cores = os.sched_getaffinity(0)
 if sys.argv[1] == "held":  # the whole process on one core: what a pool of one thread looks like
     os.sched_setaffinity(0, {min(cores)})

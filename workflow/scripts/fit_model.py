@@ -23,7 +23,7 @@ if parallel:
 bound_threads(snakemake.threads)
 log = setup_job_logging(snakemake.log[0])
 
-from context_effects.measurement.fit import start_cpu_backend  # noqa: E402 (after XLA_FLAGS)
+from context_effects.measurement.cpu import start_cpu_backend  # noqa: E402 (after XLA_FLAGS)
 from context_effects.measurement.pipeline import FitSpec, run_fit  # noqa: E402
 
 # XLA's compute pool as large as the job's threads, not the machine's cores.

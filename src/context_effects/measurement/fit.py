@@ -104,37 +104,6 @@ _REPO = Path(__file__).resolve().parents[3]
 # ----------------------------------------------------------------------------- runtime
 
 
-def start_cpu_backend(threads: int) -> int:
-    """Start JAX's CPU backend with a compute pool of ``threads`` threads; returns the size used.
-
-    XLA sizes that pool by the cores the process may run on when the backend starts, and
-    reads no setting for it (not OMP_NUM_THREADS). A fit job given one core beside another
-    job on a 2-core machine then ran two pool threads against the other job, and its
-    leapfrog steps took 0.30 ms where one pool thread took 0.26
-    (docs/benchmarks.md, "The documented rehearsal"). So the process is held to
-    ``threads`` cores while the backend starts, and every thread is then let run on all of
-    them again: the pool keeps ``threads`` threads, and the system places them. Where the
-    process may use no more cores than that (a Slurm allocation), nothing changes; where
-    the platform has no CPU affinity (macOS), JAX starts as usual. Call it before anything
-    else starts JAX."""
-    import jax
-
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = affinity(0) if affinity else set()
-    n = max(1, min(int(threads), len(cores))) if cores else int(threads)
-    if not cores or n >= len(cores):
-        return len(cores) or n
-    os.sched_setaffinity(0, set(sorted(cores)[:n]))
-    try:
-        # the backend, and the pools its first compile and run start, sized while held
-        jax.jit(lambda x: x + 1)(jax.numpy.zeros(1)).block_until_ready()
-    finally:
-        for task in os.listdir("/proc/self/task"):
-            with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                os.sched_setaffinity(int(task), cores)
-    return n
-
-
 def set_precision(precision: str) -> Any:
     """Switch JAX to float64 or float32 (a process-wide JAX setting) and return the dtype."""
     if precision not in PRECISIONS:

@@ -8,7 +8,8 @@ the config files themselves and of ``resources:`` against the rule names
 (``check_config_files``, ``check_resource_names``) live in ``context_effects.config``.
 
 - ``design_problems``: designs the data cannot support (Study H tasks beyond a
-  dataset's items, AMEL domains in which no history can be built). Called by
+  dataset's items, AMEL domains in which no history can be built) and settings that
+  would be silently ignored (NumPyro's SVI start with the nutpie sampler). Called by
   ``validate_config``; item files are read only when it is given the working
   directory, which the workflow does.
 - ``history_shortfalls``: AMEL histories longer than a domain's other items. Those
@@ -212,7 +213,8 @@ def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]
     if workdir is not None:
         problems += pinned_problems(cfg, workdir)
     fit = cfg["conformity"]["fit"]
-    if cfg["conformity"]["enabled"] and fit["method"] == "nuts" and fit.get("sampler") == "nutpie" and fit.get("init", "median") != "median":
+    nutpie = fit["method"] == "nuts" and fit.get("sampler") == "nutpie"
+    if cfg["conformity"]["enabled"] and nutpie and fit.get("init", "median") != "median":
         problems.append(
             f"`conformity.fit.init` = {fit['init']!r} but `conformity.fit.sampler` = 'nutpie': that start is "
             f"NumPyro's (nutpie starts each chain at a jitter of the origin and adapts its own mass matrix); "

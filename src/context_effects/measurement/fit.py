@@ -41,9 +41,6 @@ from context_effects.measurement.model import (
 #: How NUTS starts: "median" (init_to_median of 15 prior draws, identity mass matrix) or
 #: "svi" (draws of a short variational fit and its covariance as the first mass matrix).
 INITS = ("median", "svi")
-#: Who runs NUTS: numpyro (its sampler loop compiled by XLA; the seed's set-up) or nutpie
-#: (its Rust sampler, calling one compiled program: this model's log density and gradient).
-SAMPLERS = ("numpyro", "nutpie")
 #: Chains of the SVI start begin at guide draws with the guide's scale times this: SVI
 #: intervals are too narrow, and R-hat needs starts more dispersed than the posterior.
 START_DISPERSION = 2.0

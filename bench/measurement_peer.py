@@ -5,6 +5,8 @@ Variants, one chain each, float64, the same warm-up and draw counts:
   conformity.fit: init, split_means, target_accept, max_tree_depth, precision, theta_anchor) and its
   defaults (grid layout, stable ordinal log-prob, dense mass block over the globals);
   ``--inits median,svi`` runs both starts.
+- ``ours-nutpie`` (``ours-nutpie-lowrank``): ``fit_nutpie``, nutpie's sampler over our JAX log
+  density (the config's ``split_means``; with nutpie's low-rank mass-matrix corrections).
 - ``nutpie-jax``, ``nutpie-numba``: the paper's model written in PyMC as a statistician
   would (index vectors, ``pm.OrderedLogistic``), compiled by ``nutpie.compile_pymc_model``
   with that backend (gradients by pytensor, nutpie's default) and sampled by nutpie (its
@@ -31,7 +33,9 @@ this environment's ArviZ for every variant. Reported: medians over ``--repeats``
 ESS per wall-second and per CPU-second of the whole fit, the ratios ours / best peer, and
 the largest |z| between variants' posterior means of η (z = difference / combined MCSE).
 
-Every fit runs in a fresh process on one thread (XLA, BLAS, numba, nutpie cores=1), from
+Every fit runs in a fresh process held to one core (``--core``, by ``taskset``: XLA's pool,
+nutpie's sampler thread and the Python thread share it; BLAS, numba and nutpie get one
+thread each, nutpie cores=1), from
 empty compile caches (``--cache cold``: JAX persistent cache, pytensor's base_compiledir with
 its numba cache, and numba's own cache in fresh temporary directories) or from the usual ones
 (``--cache warm``). Variants are interleaved run by run. The peer runs under its own interpreter (``--peer-python``,
@@ -41,7 +45,7 @@ Usage::
 
     .venv/bin/python bench/measurement_peer.py [--items 50 | --scales 50,125,500] [--warmup 400 --samples 400]
         [--chains 1] [--repeats 3] [--inits svi] [--variants ours,nutpie-jax,nutpie-numba]
-        [--cache cold] [--peer-python .venv-peer/bin/python] [--json FILE [--resume [--rerun ours]]]
+        [--cache cold] [--core N] [--peer-python .venv-peer/bin/python] [--json FILE [--resume [--rerun ours]]]
     .venv/bin/python bench/measurement_peer.py --print FILE   # the summary of a saved run
 
 ``--resume`` keeps the runs already in ``--json`` and runs only the missing (variant, scale,

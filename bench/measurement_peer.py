@@ -289,8 +289,8 @@ def peer_fit(spec: dict) -> dict:
 
 
 def ours_fit(spec: dict) -> dict:
-    """``ours-<init>``: fit_nuts; ``ours-nutpie`` (``-lowrank``): fit_nutpie, nutpie's sampler
-    over our log density."""
+    """``ours-<init>``: fit_nuts; ``ours-nutpie`` (``-lowrank``, ``-nosplit``): fit_nutpie, nutpie's
+    sampler over our log density (``-nosplit``: the parent gives no ``split_means``)."""
     import numpy as np
 
     from context_effects.measurement import fit_nutpie, fit_nuts
@@ -383,6 +383,12 @@ def _median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def _ess_rate(run: dict, key: str) -> float:
+    """A run's min bulk ESS of a block per second of a clock; ``key`` is "<block>/<clock>"."""
+    block, clock = key.split("/")
+    return run[f"ess_{block}_min"] / run[clock]
+
+
 def summarise(saved: dict) -> None:
     import numpy as np
 
@@ -404,7 +410,7 @@ def summarise(saved: dict) -> None:
             m = {k: _median([r[k] for r in vr]) for k in keys}
             for block in ("eta", "gamma"):
                 for clock in ("wall_s", "cpu_s"):
-                    m[f"{block}/{clock}"] = _median([r[f"ess_{block}_min"] / r[clock] for r in vr])
+                    m[f"{block}/{clock}"] = _median([_ess_rate(r, f"{block}/{clock}") for r in vr])
             med[v] = m
             print(f"{v:13s} {len(vr):2d} {m['compile_s']:9.1f} {m['setup_s']:8.1f} {m['warmup_s']:9.1f} "
                   f"{m['sampling_s']:10.1f} {m['wall_s']:7.1f} {m['cpu_s']:7.1f} {m['ess_eta_min']:7.0f} {m['ess_gamma_min']:7.0f} "
@@ -423,10 +429,9 @@ def summarise(saved: dict) -> None:
             parts = []
             for key, label in (("eta/cpu_s", "eta"), ("gamma/cpu_s", "gamma")):
                 best = max(peers, key=lambda p: med[p][key])
-                block, clock = key.split("/")
-                pairs = [(a, b) for a in rs for b in rs if a["variant"] == v and b["variant"] == best
-                         and a["repeat"] == b["repeat"]]
-                each = [(a[f"ess_{block}_min"] / a[clock]) / (b[f"ess_{block}_min"] / b[clock]) for a, b in pairs]
+                peer_runs = {r["repeat"]: r for r in rs if r["variant"] == best}
+                each = [_ess_rate(r, key) / _ess_rate(peer_runs[r["repeat"]], key)
+                        for r in rs if r["variant"] == v and r["repeat"] in peer_runs]
                 if each:
                     q = np.quantile(each, [0.25, 0.5, 0.75])
                     parts.append(f"{label} won {sum(x > 1 for x in each)} of {len(each)} (quartiles "

@@ -26,7 +26,8 @@ Usage (one core, ~7-10 min for the defaults on the loaded 2-core machine)::
         [--generator-mean] [--scale 0.25] [--resume] [--init svi]
 
 ``--init svi`` calibrates the fast path (NUTS started from an SVI fit, ``fit.init: svi``);
-``--init svi --split-means z_b`` the paper config's sampler (``fit.split_means: [z_b]``).
+``--init svi --split-means z_b --warmup-windows 10,150,30`` the paper config's sampler
+(``fit.split_means: [z_b]``, ``fit.warmup_windows: [10, 150, 30]``).
 
 ``--planted FILE`` fixes every replicate's values instead of drawing them from the prior
 (:func:`planted_values`): the coverage is then frequentist, at that one point, e.g. the
@@ -144,7 +145,8 @@ def replicate(seed: int, args) -> dict:
     data = prepare_data(table)
     fit = fit_nuts(data, chains=args.chains, warmup=args.warmup, samples=args.samples, seed=seed,
                    precision=args.precision, theta_anchor=1.5, generator_mean=args.generator_mean, init=args.init,
-                   split_means=tuple(filter(None, args.split_means.split(","))))
+                   split_means=tuple(filter(None, args.split_means.split(","))),
+                   warmup_windows=tuple(int(w) for w in args.warmup_windows.split(",")) if args.warmup_windows else None)
     blocks = derived_blocks(fit.samples, data)
     truth_params = truth.as_params(data, generator_mean=args.generator_mean)
     true = derived_blocks({k: np.asarray(v)[None, None] for k, v in truth_params.items()}, data)
@@ -194,9 +196,10 @@ def summarise(results: list[dict], blocks=BLOCKS) -> dict:
 
 def _settings_key(args) -> dict:
     """The settings a replicate's result depends on (not how many replicates, not where they go;
-    files written before ``--init`` and ``--split-means`` existed ran the default start and basis)."""
+    files written before ``--init``, ``--split-means`` and ``--warmup-windows`` existed ran the
+    default start, basis and schedule)."""
     return {"init": "median", "planted": None, "precision": "float64", "design": "main", "blocks": None,
-            "split_means": "",
+            "split_means": "", "warmup_windows": "",
             **{k: v for k, v in vars(args).items() if k not in ("replicates", "json", "resume", "first_seed")}}
 
 
@@ -238,6 +241,9 @@ def main() -> None:
     ap.add_argument("--precision", default="float64", choices=["float32", "float64"])
     ap.add_argument("--split-means", default="", help="fit_nuts(split_means=...): comma list of z_b, eps; "
                     "z_b = the paper config's sampler (conformity.fit.split_means)")
+    ap.add_argument("--warmup-windows", default="",
+                    help="fit_nuts(warmup_windows=...): start buffer, first slow window, end buffer, e.g. 10,150,30 "
+                         "(the paper config's conformity.fit.warmup_windows); empty = numpyro's schedule")
     ap.add_argument("--design", default="main", choices=["main", "decomposition"],
                     help="simulate_ratings's design: the main corpus's or the decomposition corpus's trials")
     ap.add_argument("--blocks", default=None,
@@ -289,7 +295,8 @@ def main() -> None:
     source = f"data draws at the values of {args.planted}" if args.planted else "prior draws"
     print(f"Calibration of the {model} over {s['replicates']} {source} ({args.items} items × {args.generators} "
           f"generators × 8 answers per trial × {args.judges} judges; NUTS {args.chains} × ({args.warmup} + "
-          f"{args.samples}), {args.precision}, init {args.init}, split_means {args.split_means or None}):")
+          f"{args.samples}), {args.precision}, init {args.init}, split_means {args.split_means or None}, warm-up windows "
+          f"{args.warmup_windows or None}):")
     for name in blocks:
         b = s[name]
         cov = ", ".join(f"{int(q * 100)}%: {b[f'coverage_{int(q * 100)}']:.3f} ± {b[f'coverage_{int(q * 100)}_se']:.3f}"

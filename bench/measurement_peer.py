@@ -2,8 +2,9 @@
 
 Variants, one chain each, float64, the same warm-up and draw counts:
 - ``ours-<init>``: ``fit_nuts`` with the paper config's sampler settings (config/config.yaml,
-  conformity.fit: init, split_means, target_accept, max_tree_depth, precision, theta_anchor) and its
-  defaults (grid layout, stable ordinal log-prob, dense mass block over the globals);
+  conformity.fit: init, split_means, warmup_windows, target_accept, max_tree_depth, precision,
+  theta_anchor) and its defaults (grid layout, stable ordinal log-prob, dense mass block over
+  the globals);
   ``--inits median,svi`` runs both starts.
 - ``ours-nutpie`` (``ours-nutpie-lowrank``): ``fit_nutpie``, nutpie's sampler over our JAX log
   density (the config's ``split_means``; with nutpie's low-rank mass-matrix corrections);
@@ -114,6 +115,7 @@ def sampler_config() -> dict:
     return {
         "init": fit.get("init", "median"),
         "split_means": list(fit.get("split_means", [])),
+        "warmup_windows": fit.get("warmup_windows"),
         "target_accept": float(fit.get("target_accept", 0.95)),
         "max_tree_depth": int(fit.get("max_tree_depth", 10)),
         "precision": fit.get("precision", "float64"),
@@ -306,11 +308,12 @@ def ours_fit(spec: dict) -> dict:
                   target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"], precision="float64",
                   theta_anchor=spec["theta_anchor"], split_means=tuple(spec.get("split_means", ())),
                   keep_locals=False, compilation_cache=spec["cache"] if spec["cache"] else True)
+    windows = spec.get("warmup_windows")
     c0 = _cpu()
     if by_nutpie:
         fit = fit_nutpie(data, low_rank_mass=spec["init"].endswith("-lowrank"), **common)
     else:
-        fit = fit_nuts(data, init=spec["init"], **common)
+        fit = fit_nuts(data, init=spec["init"], warmup_windows=tuple(windows) if windows else None, **common)
     cpu = _cpu() - c0
     t, st = fit.timings, fit.sampler_stats
     np.savez(spec["draws"], eta=fit.samples["eta"], gamma=fit.samples["gamma"])
@@ -498,6 +501,8 @@ def main() -> None:
                     else None, help="the core every fit's process is held to (default: the last one this "
                     "process may use; -1: not held)")
     ap.add_argument("--inits", help="our starts, e.g. median,svi (default: the config's init)")
+    ap.add_argument("--warmup-windows", help="NumPyro's warm-up windows for ours, e.g. 25,175,50, or stan for "
+                    "numpyro's own (default: the config's conformity.fit.warmup_windows)")
     ap.add_argument("--cache", choices=("cold", "warm"), default="cold",
                     help="cold: every fit compiles into empty caches; warm: the usual cache directories")
     ap.add_argument("--data-seed", type=int, default=7)
@@ -541,6 +546,9 @@ def main() -> None:
     import numpyro
 
     config = sampler_config()
+    if args.warmup_windows:
+        config["warmup_windows"] = (None if args.warmup_windows == "stan"
+                                    else [int(w) for w in args.warmup_windows.split(",")])
     if config["precision"] != "float64":
         raise SystemExit(f"the config fits in {config['precision']}; this bench compares float64 fits only")
     inits = (args.inits or config["init"]).split(",")
@@ -599,11 +607,13 @@ def main() -> None:
                         python = peer_python
                     else:
                         split_means = [] if variant.endswith("-nosplit") else config["split_means"]
+                        # nutpie adapts its own mass matrix: NumPyro's warm-up windows are not its
+                        windows = None if variant.startswith("ours-nutpie") else config["warmup_windows"]
                         spec.update(kind="ours", init=variant.removeprefix("ours-"), data_seed=args.data_seed,
                                     theta_anchor=config["theta_anchor"], split_means=split_means,
-                                    cache=str(caches / "jax") if args.cache == "cold" else "")
+                                    warmup_windows=windows, cache=str(caches / "jax") if args.cache == "cold" else "")
                         # the sampler as this run had it: a resumed file may mix runs of several
-                        sampler = {"init": spec["init"], "split_means": spec["split_means"]}
+                        sampler = {"init": spec["init"], "split_means": spec["split_means"], "warmup_windows": windows}
                         python = sys.executable
                     r = run_worker(python, spec, env, core=args.core)
                     r.update(posterior_figures(caches / "draws.npz"))

@@ -116,6 +116,9 @@ def test_only_settings_that_change_the_numbers_count():
     assert differences(made_with(_config(sampler="numpyro"), main), record) == []
     assert differences(made_with(_config(sampler="nutpie"), main), record) == [
         ("conformity.fit.sampler", "nutpie", "numpyro")]
+    assert differences(made_with(_config(warmup_windows=None), main), record) == []
+    assert differences(made_with(_config(warmup_windows=[10, 150, 30]), main), record) == [
+        ("conformity.fit.warmup_windows", [10, 150, 30], None)]
     # The anchor scale is the spec's: it counts through the spec.
     scale = _raw(theta_anchor=2.0)
     for m in ("g1", "g2"):  # the synthetic models plant their anchors at the fit's scale
@@ -128,6 +131,8 @@ def test_only_settings_that_change_the_numbers_count():
     assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=100, warmup=9), main)) == []
     assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=100, sampler="nutpie"),
                                                        main)) == []
+    assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=100,
+                                                               warmup_windows=[10, 150, 30]), main)) == []
     assert differences(made_with(svi, main), made_with(_config(method="svi", svi_steps=200), main)) == [
         ("conformity.fit.svi_steps", 100, 200)]
     # Model families change only a fit that drops self-ratings.
@@ -320,15 +325,19 @@ def test_a_fit_job_records_its_settings_in_every_file_and_the_blind_fit_reads_ev
     """run_fit (the fit rule's job) of the blind-quality fit on two simulated executions: every
     file carries the record the readers compare, and θ̂ covers both executions' answers,
     fitted from their blind ratings alone; with either sampler (nutpie's is in the record,
-    numpyro's, the default, is not, so fits made before the setting existed stay current)."""
+    numpyro's, the default, is not, so fits made before the setting existed stay current),
+    numpyro's with warm-up windows of its own, which reach the fit."""
     import xarray as xr
 
     from context_effects.measurement.pipeline import fit_families, run_fit, sampler_settings
     from context_effects.measurement.simulate import simulate_ratings
 
     monkeypatch.setenv("CONTEXT_EFFECTS_JAX_CACHE", str(tmp_path / "jax"))
-    cfg = _config(chains=1, warmup=20, samples=20, **({"sampler": sampler} if sampler != "numpyro" else {}))
+    windows = [5, 10, 5] if sampler == "numpyro" else None  # the 20 warm-up iterations, numpyro's schedule differs
+    cfg = _config(chains=1, warmup=20, samples=20, warmup_windows=windows,
+                  **({"sampler": sampler} if sampler != "numpyro" else {}))
     assert ("sampler" in sampler_settings(cfg)) == (sampler != "numpyro")
+    assert sampler_settings(cfg).get("warmup_windows") == windows
     spec = next(s for s in fit_plan(cfg) if s.kind == BLIND_QUALITY)
     parts = []
     for i, seed in enumerate((42, 43)):
@@ -345,6 +354,7 @@ def test_a_fit_job_records_its_settings_in_every_file_and_the_blind_fit_reads_ev
     assert diag[RECORD_KEY] == record and diag["fit"] == spec.as_dict()
     assert quality_record(out / "quality.parquet") == record
     assert diag["settings"].get("sampler", "numpyro") == sampler and diag["chains"] == 1
+    assert diag["settings"].get("warmup_windows") == windows
     assert set(pd.read_csv(out / "summary.csv")[RECORD_SHA256_COLUMN]) == {record_sha256(record)}
     with xr.open_dataset(out / "posterior.nc", group="posterior") as post:
         assert json.loads(post.attrs[RECORD_KEY]) == record

@@ -9,9 +9,9 @@ the config files themselves and of ``resources:`` against the rule names
 
 - ``design_problems``: designs the data cannot support (Study H tasks beyond a
   dataset's items, AMEL domains in which no history can be built) and settings that
-  would be silently ignored (NumPyro's SVI start with the nutpie sampler). Called by
-  ``validate_config``; item files are read only when it is given the working
-  directory, which the workflow does.
+  would be silently ignored (NumPyro's SVI start or warm-up windows with the nutpie
+  sampler). Called by ``validate_config``; item files are read only when it is given
+  the working directory, which the workflow does.
 - ``history_shortfalls``: AMEL histories longer than a domain's other items. Those
   are allowed — the history cycles and every request records ``history_repeats``
   (``docs/deviations.yaml``, amel-history-construction; the paper's 50-turn histories
@@ -219,6 +219,12 @@ def design_problems(cfg: Config, workdir: str | Path | None = None) -> list[str]
             f"`conformity.fit.init` = {fit['init']!r} but `conformity.fit.sampler` = 'nutpie': that start is "
             f"NumPyro's (nutpie starts each chain at a jitter of the origin and adapts its own mass matrix); "
             f"set `conformity.fit.init: median` or `conformity.fit.sampler: numpyro`"
+        )
+    if cfg["conformity"]["enabled"] and nutpie and fit.get("warmup_windows") is not None:
+        problems.append(
+            f"`conformity.fit.warmup_windows` = {fit['warmup_windows']} but `conformity.fit.sampler` = 'nutpie': "
+            f"that schedule is NumPyro's (nutpie adapts its own mass matrix); set `conformity.fit.warmup_windows: "
+            f"null` or `conformity.fit.sampler: numpyro`"
         )
     datasets = cfg["datasets"]
     if _anchoring_on(cfg):

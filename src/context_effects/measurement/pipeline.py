@@ -290,7 +290,7 @@ PLAN_KEYS = (
     "max_divergences",
 )
 #: Sampler settings added after fits existed, with their defaults (``without_added_defaults``).
-SAMPLER_ADDED_DEFAULTS = {"init": "median", "split_means": [], "sampler": "numpyro"}
+SAMPLER_ADDED_DEFAULTS = {"init": "median", "split_means": [], "sampler": "numpyro", "warmup_windows": None}
 #: Where a fit's files keep the record of what they were made with (``fit_record``): the
 #: key of diagnostics.json, the attribute of posterior.nc's posterior group and the
 #: schema metadata key of quality.parquet, each holding the record as JSON; summary.csv,
@@ -411,7 +411,8 @@ def run_fit(
             data, chains=int(settings["chains"]), warmup=int(settings["warmup"]), samples=int(settings["samples"]),
             target_accept=float(settings["target_accept"]), max_tree_depth=int(settings["max_tree_depth"]),
             chain_method=chain_method, init=settings.get("init", "median"),
-            split_means=tuple(settings.get("split_means", ())), **common,
+            split_means=tuple(settings.get("split_means", ())), warmup_windows=settings.get("warmup_windows"),
+            **common,
         )
     else:
         fit = fit_svi(data, steps=int(settings["svi_steps"]), guide=settings["svi_guide"],

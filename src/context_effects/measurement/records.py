@@ -57,7 +57,7 @@ NOT_NUMBERS = ("chain_method", "theta_anchor")
 #: keys (its SVI start runs ``fit_nuts``'s own step count), SVI never the NUTS ones (nor
 #: which sampler runs NUTS).
 METHOD_ONLY = {"chains": "nuts", "warmup": "nuts", "target_accept": "nuts", "max_tree_depth": "nuts",
-               "init": "nuts", "sampler": "nuts", "svi_steps": "svi", "svi_guide": "svi"}
+               "init": "nuts", "sampler": "nuts", "warmup_windows": "nuts", "svi_steps": "svi", "svi_guide": "svi"}
 #: Where each part of a record comes from, as a differing setting is named.
 _SOURCES = {"spec": "fit plan ({})", "settings": "conformity.fit.{}", "families": "models.{}.family"}
 

@@ -308,12 +308,11 @@ def ours_fit(spec: dict) -> dict:
                   target_accept=spec["target_accept"], max_tree_depth=spec["max_tree_depth"], precision="float64",
                   theta_anchor=spec["theta_anchor"], split_means=tuple(spec.get("split_means", ())),
                   keep_locals=False, compilation_cache=spec["cache"] if spec["cache"] else True)
-    windows = spec.get("warmup_windows")
     c0 = _cpu()
     if by_nutpie:
         fit = fit_nutpie(data, low_rank_mass=spec["init"].endswith("-lowrank"), **common)
     else:
-        fit = fit_nuts(data, init=spec["init"], warmup_windows=tuple(windows) if windows else None, **common)
+        fit = fit_nuts(data, init=spec["init"], warmup_windows=spec.get("warmup_windows"), **common)
     cpu = _cpu() - c0
     t, st = fit.timings, fit.sampler_stats
     np.savez(spec["draws"], eta=fit.samples["eta"], gamma=fit.samples["gamma"])

@@ -126,11 +126,38 @@ def copy_repo(dest: Path) -> Path:
 #: through every fit rule; NumPyro's is the one the other fit tests run.
 SYNTHETIC_RUN_FIT = {"warmup": 60, "samples": 60, "chain_method": "sequential", "sampler": "nutpie"}
 
+#: The context-effects card of both models is built by the shared run too
+#: (tests/test_card.py reads it), so each model plants values unlike config/synthetic.yaml's
+#: and far apart between the two on each study's headline quantity (Study C's gamma, Study
+#: A's bias, Study H's anchoring lambda): the card's comparison must separate them at the
+#: shared run's size (planted d -0.65 and -0.08 against a resolvable 0.21). Study A's effect
+#: is small rather than none (with none, the first-token d has no spread to divide by) and
+#: saturates by k = 2 rather than being flat in k (flat, the slope of BS on k is exactly 0
+#: and has no interval): the recovery table's tests read these rows too.
+CARD_MODELS = ("qwen-sim", "llama-sim")
+CARD_PLANTED = {
+    "qwen-sim": {"gamma": 1.0, "anchoring_lambda": 0.0, "amel_conformity": 3.0, "amel_k_scale": 1.0},
+    "llama-sim": {"gamma": -1.0, "anchoring_lambda": 1.0, "amel_conformity": 0.3, "amel_k_scale": 1.0},
+}
+
+
+def synthetic_run_config() -> dict:
+    """config/synthetic.yaml as the shared run makes it: its fits (``SYNTHETIC_RUN_FIT``),
+    the card's planted values (``CARD_PLANTED``) and the card of both models."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config" / "synthetic.yaml").read_text())
+    cfg["conformity"]["fit"].update(SYNTHETIC_RUN_FIT)
+    for model, values in CARD_PLANTED.items():
+        cfg["models"][model]["synthetic"].update(values)
+    cfg["card"] = {"models": list(CARD_MODELS)}
+    return cfg
+
 
 @dataclass(frozen=True)
 class SyntheticRun:
-    """A finished run of ``config/synthetic.yaml`` (with ``SYNTHETIC_RUN_FIT``) through
-    ``paper/paper.pdf`` in a copy of the repository: ``repo`` is both the Snakefile's
+    """A finished run of ``synthetic_run_config()`` through ``paper/paper.pdf`` and the
+    card in a copy of the repository: ``repo`` is both the Snakefile's
     folder and the working directory."""
 
     repo: Path
@@ -145,18 +172,16 @@ class SyntheticRun:
 
 @pytest.fixture(scope="session")
 def synthetic_run(tmp_path_factory: pytest.TempPathFactory) -> SyntheticRun:
-    """The whole synthetic DAG (every study, every table and figure, the paper PDF), made
-    once per session: the paper, report and rerun tests read it and never write to it
-    (a rerun test edits a source for the length of a dry run and puts it back)."""
+    """The whole synthetic DAG (every study, every table and figure, the paper PDF, the
+    card), made once per session: the paper, report, card and rerun tests read it and never
+    write to it (a rerun test edits a source for the length of a dry run and puts it back)."""
     import yaml
 
     repo = copy_repo(tmp_path_factory.mktemp("synthetic-run") / "repo")
-    cfg = yaml.safe_load((repo / "config" / "synthetic.yaml").read_text())
-    cfg["conformity"]["fit"].update(SYNTHETIC_RUN_FIT)
     config = repo / "config" / "synthetic-tests.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    config.write_text(yaml.safe_dump(synthetic_run_config(), sort_keys=False))
     run = SyntheticRun(repo, config)
-    res = run.snakemake("--cores", "2", "paper/paper.pdf", timeout=3600)
+    res = run.snakemake("--cores", "2", "paper/paper.pdf", "card", "results/synthetic/planted.json", timeout=3600)
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-10000:]
     return run
 
@@ -216,7 +241,7 @@ def xdist_units(items) -> dict[str, str]:
 #: first, so that the many short units fill the other worker meanwhile.
 LONG_UNITS = (SYNTHETIC_RUN_GROUP, "test_rehearsal_run", "test_vllm_backend", "test_slurm_cluster", "test_measurement",
               "test_openai_compatible_vllm", "test_rehearsal_amel_run", "test_slurm_profile", "test_llm_rules",
-              "test_measurement_rules", "test_llm_estimate", "test_card")
+              "test_measurement_rules", "test_llm_estimate")
 #: Where the workers leave the unit of each test for the controller's scheduler (which
 #: sees test ids only). Set by the controller, inherited by the workers it starts.
 UNITS_FILE_ENV = "CONTEXT_EFFECTS_PYTEST_UNITS"

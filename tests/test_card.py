@@ -1,9 +1,9 @@
 """The context-effects card (``snakemake card``, ``context_effects.card``).
 
-End to end on the synthetic backend: two models planted far apart on each study's
-headline quantity (Study C's gamma, Study A's bias, Study H's anchoring lambda), one
-dataset of Study C, ``snakemake card`` alone (about a minute). Every number the card
-prints with an interval must cover the value its model planted, and the comparison must
+End to end on the synthetic backend: the shared synthetic run (tests/conftest.py) builds
+the card of its two models, planted far apart on each study's headline quantity (Study C's
+gamma, Study A's bias, Study H's anchoring lambda). Every number the card prints with an
+interval must cover the value its model planted, and the comparison must
 separate the two models wherever the planted difference is at least twice the smallest
 difference the run's own intervals resolve (sqrt(h1^2 + h2^2), docs/card.md). The unit
 tests pin how the seed's models are found among the transcribed numbers, and the config
@@ -21,48 +21,21 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, copy_repo, run_snakemake
+from conftest import CARD_MODELS, REPO, run_snakemake, synthetic_run_config
 from context_effects import card
 from context_effects.config import ConfigError, validate_config
 from context_effects.paper.reproduction import read_published
 from context_effects.studies import Headline
 
-MODELS = ("qwen-sim", "llama-sim")
-#: Each model's planted values, unlike config/synthetic.yaml's and far apart between the two.
-PLANTED = {
-    "qwen-sim": {"gamma": 1.0, "anchoring_lambda": 0.0, "amel_conformity": 3.0, "amel_k_scale": 0.0},
-    "llama-sim": {"gamma": -1.0, "anchoring_lambda": 1.0, "amel_conformity": 0.0, "amel_k_scale": 0.0},
-}
+MODELS = CARD_MODELS
 #: Study C's Table 3 columns and the planted shift each estimates.
 ETA = {"all-correct": "peer_correct", "mixed": "peer_mixed", "all-wrong": "peer_wrong"}
 
 
-def card_config() -> dict:
-    cfg = yaml.safe_load((REPO / "config" / "synthetic.yaml").read_text())
-    cfg["conformity"]["datasets"] = ["truthfulqa"]
-    cfg["datasets"]["truthfulqa"]["n_items"] = 8
-    for model, values in PLANTED.items():
-        cfg["models"][model]["synthetic"].update(values)
-    cfg["amel"]["items_per_domain"] = 16
-    cfg["amel"]["n_samples"] = 2
-    cfg["anchoring"]["repetitions"] = 3
-    cfg["card"] = {"models": list(MODELS)}
-    # nutpie runs the card's Study C fits: at this size a fit is mostly set-up, which
-    # nutpie's one compiled program shortens (the card reads the fits, whichever sampler)
-    cfg["conformity"]["fit"]["sampler"] = "nutpie"
-    return cfg
-
-
 @pytest.fixture(scope="module")
-def card_run(tmp_path_factory) -> Path:
-    repo = copy_repo(tmp_path_factory.mktemp("card-run") / "repo")
-    config = repo / "config" / "card-tests.yaml"
-    config.write_text(yaml.safe_dump(card_config(), sort_keys=False))
-    res = run_snakemake("--snakefile", str(repo / "Snakefile"), "--directory", str(repo), f"--configfile={config}",
-                        "--workflow-profile", "none", "--cores", "2", "card", "results/synthetic/planted.json",
-                        cwd=repo, env={"OMP_NUM_THREADS": "1"}, timeout=1800)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-8000:]
-    return repo
+def card_run(synthetic_run) -> Path:
+    """The shared synthetic run, which builds every card (``CARD_PLANTED``)."""
+    return synthetic_run.repo
 
 
 def planted_values(repo: Path) -> dict[tuple[str, str], float]:
@@ -149,16 +122,16 @@ def test_the_card_names_the_model_the_seed_models_and_what_the_run_is(card_run):
     assert "| conformity | peer-context loading of its ratings, gamma_j |" in comparison
 
 
-def test_one_more_model_asks_only_for_its_own_answers(card_run):
+def test_one_more_model_asks_only_for_its_own_answers(card_run, tmp_path):
     """A third model on the finished run: a dry run answers its requests alone (the others'
     shards and Study C's fits stay), and writes its card beside the others."""
-    cfg = card_config()
+    cfg = synthetic_run_config()
     cfg["models"]["mistral-sim"] = {**cfg["models"]["qwen-sim"], "model_id": "mistral-sim",
                                     "display_name": "Mistral-sim", "family": "mistral"}
     cfg["amel"]["models"].append("mistral-sim")
     cfg["anchoring"]["judges"].append("mistral-sim")
     cfg["card"]["models"].append("mistral-sim")
-    config = card_run / "config" / "card-tests-3.yaml"
+    config = tmp_path / "card-tests-3.yaml"  # the shared run is only read
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     res = run_snakemake("--snakefile", str(card_run / "Snakefile"), "--directory", str(card_run),
                         f"--configfile={config}", "--workflow-profile", "none", "-n", "card", cwd=card_run)

@@ -471,11 +471,17 @@ def latex(config: Config, model: str, numbers: Sequence[Number], ident: Sequence
             lines.append(" & ".join(tex(c) for c in (n.headline.label, n.headline.role, value, _interval(n.cell),
                                                      seeds, told)) + r"\\")
         lines += [r"\bottomrule\end{tabularx}}\par\smallskip"]
-    # The figures in one row under the tables: one page whatever the number of datasets.
+    # The figures in one row under the tables, as tall as the page has room for (at most 0.3
+    # of it): one page whatever the number of datasets (the paper's three give Study C 13
+    # rows). \pagegoal - \pagetotal is what is left of the page once the tables are on it.
     studies = list(dict.fromkeys(n.headline.study for n in numbers))
     width = 0.99 / max(1, len(studies))
-    lines += [r"\vfill\noindent"] + [
-        rf"\includegraphics[width={width:.3f}\linewidth,height=0.3\textheight,keepaspectratio]{{{model}_{s}.png}}"
+    lines += [r"\newlength\cardfigheight",
+              r"\setlength\cardfigheight{\dimexpr\pagegoal-\pagetotal-2\baselineskip\relax}",
+              r"\ifdim\cardfigheight>0.3\textheight\setlength\cardfigheight{0.3\textheight}\fi",
+              r"\ifdim\cardfigheight<0.1\textheight\setlength\cardfigheight{0.1\textheight}\fi",
+              r"\vfill\noindent"] + [
+        rf"\includegraphics[width={width:.3f}\linewidth,height=\cardfigheight,keepaspectratio]{{{model}_{s}.png}}"
         for s in studies]
     lines.append(r"\end{document}")
     return "\n".join(lines) + "\n"

@@ -130,10 +130,11 @@ SYNTHETIC_RUN_FIT = {"warmup": 60, "samples": 60, "chain_method": "sequential", 
 #: (tests/test_card.py reads it), so each model plants values unlike config/synthetic.yaml's
 #: and far apart between the two on each study's headline quantity (Study C's gamma, Study
 #: A's bias, Study H's anchoring lambda): the card's comparison must separate them at the
-#: shared run's size (planted d -0.65 and -0.08 against a resolvable 0.21). Study A's effect
-#: is small rather than none (with none, the first-token d has no spread to divide by) and
-#: saturates by k = 2 rather than being flat in k (flat, the slope of BS on k is exactly 0
-#: and has no interval): the recovery table's tests read these rows too.
+#: shared run's size (Study A's planted d -0.65 and -0.08: a gap of 0.57, where the test
+#: asks for twice the 0.21 its intervals resolve). Study A's effect is small rather than
+#: none (with none, the first-token d has no spread to divide by) and saturates by k = 2
+#: rather than being flat in k (flat, the slope of BS on k is exactly 0 and has no
+#: interval): the recovery table's tests read these rows too.
 CARD_MODELS = ("qwen-sim", "llama-sim")
 CARD_PLANTED = {
     "qwen-sim": {"gamma": 1.0, "anchoring_lambda": 0.0, "amel_conformity": 3.0, "amel_k_scale": 1.0},

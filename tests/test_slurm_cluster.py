@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_snakemake
+from conftest import REPO, snakemake_cmd
 from context_effects.cluster import CLUSTER_RULES, LOCAL_RULES
 import slurm_cluster
 from slurm_cluster import PACKAGES, TARGETS, OneNodeSlurm, missing, profile_command, small_synthetic_config
@@ -104,8 +104,31 @@ def _rule(job: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def slurm_run(cluster, tmp_path_factory):
-    """The interrupted and resumed run; returns what the checks read."""
+def local_run(cluster, tmp_path_factory):
+    """The same config and targets with the local executor, for the tables to compare. It
+    is started before the cluster run and runs beside it: the cluster run mostly waits
+    (the plugin's pause before each submission, its polls), so the cores are there.
+    Yields its folder and its process; the comparing test waits for it."""
+    workdir = tmp_path_factory.mktemp("local-run")
+    (workdir / "data").symlink_to(REPO / "data")
+    config = small_synthetic_config(workdir / "config.yaml")
+    with open(workdir / "snakemake.log", "w") as log:
+        proc = subprocess.Popen(snakemake_cmd("--cores", "1", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                                              str(workdir), f"--configfile={config}", *TARGETS),
+                                cwd=workdir, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield workdir, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def slurm_run(cluster, local_run, tmp_path_factory):
+    """The interrupted and resumed run; returns what the checks read. (``local_run`` is
+    named only to start it first.)"""
     workdir = tmp_path_factory.mktemp("slurm-run")
     (workdir / "data").symlink_to(REPO / "data")
     config = small_synthetic_config(workdir / "config.yaml")
@@ -205,15 +228,12 @@ def _frame(path: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
 
 
-def test_the_cluster_run_makes_the_tables_a_local_run_makes(slurm_run, tmp_path):
+def test_the_cluster_run_makes_the_tables_a_local_run_makes(slurm_run, local_run):
     """The same config and targets with the local executor: equal tables (the fit's to
     float precision: the sampler's arithmetic may differ with the job's threads)."""
-    workdir = tmp_path
-    (workdir / "data").symlink_to(REPO / "data")
-    res = run_snakemake("--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-                        f"--configfile={slurm_run['config']}", *TARGETS, cwd=workdir,
-                        env={"OMP_NUM_THREADS": "1"}, timeout=900)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    workdir, proc = local_run
+    assert (workdir / "config.yaml").read_bytes() == slurm_run["config"].read_bytes()
+    assert proc.wait(timeout=900) == 0, (workdir / "snakemake.log").read_text(errors="replace")[-6000:]
     for target in TARGETS:
         local, cluster = _frame(workdir / target), _frame(slurm_run["workdir"] / target)
         assert list(local.columns) == list(cluster.columns) and len(local) == len(cluster), target

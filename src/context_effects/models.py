@@ -142,29 +142,61 @@ def is_converted(out_dir: Path, package: str, dtype: str = "float32") -> bool:
 
 @contextlib.contextmanager
 def _one_gguf_read() -> Iterator[None]:
-    """Parse each GGUF file once while converting.
+    """Parse each GGUF file, and build each tensor-name map, once while converting.
 
     transformers parses the whole file four times (twice for the config, once each for the
     weights and the tokenizer, each time ``from gguf import GGUFReader``) and the BOS flag
-    below a fifth; for a 262k-token vocabulary (Gemma 3) one parse is about 20 s of Python. A parsed reader is read-only (a memory
-    map and its fields), so every reader asked for in the block is the first one made."""
+    below a fifth; for a 262k-token vocabulary (Gemma 3) one parse is about 20 s of Python.
+    Matching the weights' names, it builds gguf's name map of the architecture afresh for
+    every submodule of the model (``from gguf import get_tensor_name_map``, 397 times for
+    SmolLM2, about 5 of its 20 s). A parsed reader (a memory map and its fields) and a name
+    map are only read, so every one asked for in the block is the first one made."""
     import gguf
 
-    real = gguf.GGUFReader
+    real_reader, real_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
     readers: dict[tuple[str, str], Any] = {}
+    name_maps: dict[tuple[Any, int], Any] = {}
 
     def shared(path, mode="r"):
         key = (os.path.realpath(os.fspath(path)), mode)
         if key not in readers:
-            readers[key] = real(path, mode)
+            readers[key] = real_reader(path, mode)
         return readers[key]
 
-    gguf.GGUFReader = shared
+    def shared_name_map(arch, n_blocks):
+        key = (arch, n_blocks)
+        if key not in name_maps:
+            name_maps[key] = real_name_map(arch, n_blocks)
+        return name_maps[key]
+
+    # The config (twice) and the tokenizer read only the file's metadata, each through
+    # its module's own name for transformers' reader; the weights read it with the tensors.
+    import copy
+
+    import transformers.configuration_utils as config_module
+    import transformers.models.auto.tokenization_auto as tokenizer_module
+
+    real_checkpoint = config_module.load_gguf_checkpoint
+    metadata: dict[str, Any] = {}
+
+    def shared_metadata(path, return_tensors=False, **kwargs):
+        if return_tensors or kwargs:
+            return real_checkpoint(path, return_tensors=return_tensors, **kwargs)
+        key = os.path.realpath(os.fspath(path))
+        if key not in metadata:
+            metadata[key] = real_checkpoint(path, return_tensors=False)
+        return copy.deepcopy(metadata[key])  # its callers may change what they get
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = shared, shared_name_map
+    config_module.load_gguf_checkpoint = tokenizer_module.load_gguf_checkpoint = shared_metadata
     try:
         yield
     finally:
-        gguf.GGUFReader = real
+        gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_name_map
+        config_module.load_gguf_checkpoint = tokenizer_module.load_gguf_checkpoint = real_checkpoint
         readers.clear()
+        name_maps.clear()
+        metadata.clear()
 
 
 def _gguf_special_token_flags(gguf: Path) -> dict[str, bool | None]:
@@ -192,10 +224,14 @@ def _convert(gguf: Path, work: Path, dtype: str) -> dict[str, Any]:
     state = loaded.state_dict()
     del loaded
 
-    # save_pretrained refuses a GGUF-loaded model: rebuild from the config and copy the weights.
+    # save_pretrained refuses a GGUF-loaded model: rebuild from the config and hand it the
+    # weights. Built on the meta device, the rebuilt model allocates and initialises no
+    # weights of its own (the loaded ones are assigned, not copied): a second full copy
+    # of the model was most of the conversion's system time (page faults).
     config.dtype = torch_dtype
-    model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     del state
     tie = bool(getattr(config.get_text_config(), "tie_word_embeddings", False))
     if tie:
@@ -207,6 +243,9 @@ def _convert(gguf: Path, work: Path, dtype: str) -> dict[str, Any]:
             f"GGUF weights do not fit the model built from its config: missing={really_missing[:10]} "
             f"unexpected={list(unexpected)[:10]}"
         )
+    left_on_meta = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
+    if left_on_meta:
+        raise RuntimeError(f"GGUF conversion left weights without values: {left_on_meta[:10]}")
     model.save_pretrained(work, safe_serialization=True)
     generation_config = getattr(model, "generation_config", None)
     del model

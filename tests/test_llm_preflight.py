@@ -151,7 +151,8 @@ def test_dated_snapshots_and_a_stated_served_id_are_accepted_and_the_probes_cost
         models = _roster(srv)
         models["flash"]["served_id"] = "gemini-3.8-flash"
         assert check_served(models, environ=GEMINI_ENV, report=reported.append) == []
-        usage = {c.body["model"]: u for c, u in zip(srv.generation_calls(), srv.usage_log)}
+        # Per call: the probes run at once, so the bill's order need not be the calls' order.
+        usage = {c.body["model"]: c.usage for c in srv.generation_calls()}
     assert len(usage) == 3
     prices = {"gemini-3.5-flash": (1.5, 9.0), "gpt-5-nano": (0.05, 0.4), "claude-haiku-4-5": (1.0, 5.0)}
     tokens = {m: ((u["prompt_tokens"], u["completion_tokens"]) if "prompt_tokens" in u

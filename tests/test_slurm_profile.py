@@ -109,11 +109,10 @@ class Submission:
             while time.monotonic() < self.deadline:
                 if self.log.exists():
                     calls = [json.loads(line) for line in self.log.read_text().splitlines()]
-                    sbatch = [c["argv"] for c in calls if c["cmd"] == "sbatch"]
-                    if len(sbatch) >= self.n_expected:
-                        nth = [c["t"] for c in calls if c["cmd"] == "sbatch"][self.n_expected - 1]
-                        if time.time() >= nth + self.settle:
-                            break
+                    submitted = [c for c in calls if c["cmd"] == "sbatch"]
+                    sbatch = [c["argv"] for c in submitted]
+                    if len(sbatch) >= self.n_expected and time.time() >= submitted[self.n_expected - 1]["t"] + self.settle:
+                        break
                 if self.proc.poll() is not None:
                     break
                 time.sleep(0.5)
@@ -147,22 +146,17 @@ def _assert_cpu_job(line: str) -> None:
     assert _arg(argv, "-p") == "cpu" and not any(a.startswith("--gpus") for a in argv), line
 
 
-#: The runs of this module, by name: each prepared and started in turn, then left to
-#: run together. Cheapest preparation first, so the first runs are under way meanwhile.
-STARTS = ("resources_override", "as_installed", "gpu_tags", "gpu_partition")
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every stub-`sbatch` run of the module, started together; a test reads its own with
     ``_started``. A run whose preparation failed is its own test's error, not the others'."""
     started: dict[str, dict | Exception] = {}
     try:
-        for name in STARTS:
+        for name, start in STARTS.items():
             workdir = tmp_path_factory.mktemp(name)
             (workdir / "data").symlink_to(REPO / "data")
             try:
-                started[name] = globals()[f"_start_{name}"](workdir)
+                started[name] = start(workdir)
             except Exception as exc:  # noqa: BLE001 - raised again by the test that reads it
                 started[name] = exc
         yield started
@@ -376,6 +370,12 @@ def _start_gpu_tags(workdir: Path) -> dict:
                    "GEMINI_API_KEY": "gm-test-not-a-real-key"},
     )
     return {"run": run}
+
+
+#: The runs of this module (the ``runs`` fixture), each prepared and started in turn, then
+#: left to run together. Cheapest preparation first, so the first runs are under way meanwhile.
+STARTS = {"resources_override": _start_resources_override, "as_installed": _start_as_installed,
+          "gpu_tags": _start_gpu_tags, "gpu_partition": _start_gpu_partition}
 
 
 def test_slurm_profile_gpu_tags_on_local_model_rules(runs):

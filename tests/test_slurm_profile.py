@@ -111,7 +111,8 @@ class Submission:
                     calls = [json.loads(line) for line in self.log.read_text().splitlines()]
                     submitted = [c for c in calls if c["cmd"] == "sbatch"]
                     sbatch = [c["argv"] for c in submitted]
-                    if len(sbatch) >= self.n_expected and time.time() >= submitted[self.n_expected - 1]["t"] + self.settle:
+                    nth = submitted[self.n_expected - 1]["t"] if len(sbatch) >= self.n_expected else None
+                    if nth is not None and time.time() >= nth + self.settle:
                         break
                 if self.proc.poll() is not None:
                     break
@@ -325,7 +326,8 @@ def test_every_gpu_rule_goes_to_a_gpu_partition(runs):
     started = _started(runs, "gpu_partition")
     rules, chosen = started["rules"], started["chosen"]
     assert {"answer_requests_vllm", "conformity_answer_metrics"} <= set(rules)
-    assert not started["missing"], f"no job of {started['missing']} holds a GPU under {started['config']}: extend _gpu_config"
+    assert not started["missing"], (
+        f"no job of {started['missing']} holds a GPU under {started['config']}: extend _gpu_config")
     calls = started["run"].sbatch_calls()
     lines = [" ".join(c) for c in calls]
     for (rule, holds_gpu), job in chosen.items():

@@ -214,19 +214,13 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
-#: Module-scoped fixtures cheap enough for each worker to make its own (a scratch folder):
-#: sharing one would pin every test that uses it to one worker.
-PER_WORKER_FIXTURES = frozenset({"jax_cache"})
-
-
 def xdist_units(items) -> dict[str, str]:
     """The unit of work of each test under ``make test`` (``pytest -n N --dist loadscope``).
 
     Tests that share an expensive set-up must run on one worker, or each worker pays for
     it: a class-, module- or session-scoped fixture defined in a test module (a loaded
-    engine, a fitted model), the shared synthetic run. Every other test is a unit of its own,
-    so a module of slow, independent tests (the measurement model's fits) spreads over the
-    workers. Returns nodeid -> unit name."""
+    engine, a fitted model, a compile cache), the shared synthetic run. Every other test is a
+    unit of its own. Returns nodeid -> unit name."""
     groups = _Groups()
     for item in items:
         groups.find(item.nodeid)
@@ -236,8 +230,7 @@ def xdist_units(items) -> dict[str, str]:
             defined_in = Path(fixturedef.func.__code__.co_filename).stem
             if name == "synthetic_run":
                 groups.union(item.nodeid, "@" + SYNTHETIC_RUN_GROUP)
-            elif (fixturedef.scope in ("class", "module", "package", "session") and defined_in.startswith("test_")
-                  and name not in PER_WORKER_FIXTURES):
+            elif fixturedef.scope in ("class", "module", "package", "session") and defined_in.startswith("test_"):
                 groups.union(item.nodeid, f"@{defined_in}::{name}")
     units = {}
     for item in items:

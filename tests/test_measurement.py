@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from scipy.special import expit
 
+from context_effects import measurement
 from context_effects.measurement import (
     CONDITIONS,
     RatingsError,
@@ -30,7 +31,6 @@ from context_effects.measurement import (
     fit_nuts,
     fit_nutpie,
     fit_svi,
-    log_likelihood,
     model_arrays,
     ordered_logistic_logprob,
     prepare_data,
@@ -44,6 +44,10 @@ from context_effects.measurement.fit import answer_quality
 from context_effects.measurement.model import ModelOptions, increment_matrix, make_model
 
 set_precision("float64")
+
+#: The likelihood compiled whole, as a fit runs it: called eagerly, each of its jnp
+#: operations compiles a program of its own for each new shape (hundreds per test).
+log_likelihood = jax.jit(measurement.log_likelihood, static_argnames=("options", "per_rating"))
 
 KAPPA = np.array([-2.1, -0.6, 0.4, 1.9])
 
@@ -162,6 +166,9 @@ def _simulate(gamma=GAMMA_TRUE, seed=11):
 
 @pytest.fixture(scope="module")
 def jax_cache(tmp_path_factory):
+    """One compile cache for the module's fits, which keeps them on one `make test` worker:
+    in one process they share its compiled programs, where two workers each compiled them
+    (the module alone, from empty caches: 256 CPU-s on two workers, 229 on one)."""
     return tmp_path_factory.mktemp("jaxcache")
 
 
@@ -271,7 +278,7 @@ def test_helmert_rotation_is_orthonormal_with_uneven_groups():
     def combine(x):
         return helmert_combine(x[:n_groups], x[n_groups:], lay["slot"], lay["contrast_source"], lay["inv_sqrt_n"])
 
-    q = np.asarray(jax.jacfwd(combine)(jnp.zeros(n)))
+    q = np.asarray(jax.jit(jax.jacfwd(combine))(jnp.zeros(n)))
     np.testing.assert_allclose(q.T @ q, np.eye(n), atol=1e-12)
     sizes = np.bincount(group)
     for g in range(n_groups):
@@ -307,11 +314,17 @@ def test_split_means_model_has_the_same_log_density(marginal, sites):
         raw[SPLIT_MEAN_SITES[site]] = jnp.asarray(rng.normal(size=n_groups))
         raw[SPLIT_CONTRAST_SITES[site]] = jnp.asarray(rng.normal(size=len(groups[site]) - n_groups))
     arrays_split = model_arrays(data, split)
-    lp_split, trace = log_density(make_model(data, split), (arrays_split,), {}, raw)
+
+    # Each log density compiled whole, as a fit evaluates it (not one program per operation).
+    @jax.jit
+    def split_density(values):
+        lp, trace = log_density(make_model(data, split), (arrays_split,), {}, values)
+        return lp, {site: trace[site]["value"] for site in rotated_sites}
+
+    lp_split, values = split_density(raw)
     rotated = {k: v for k, v in raw.items() if not k.startswith(("z_b_", "eps_"))}
-    for site in rotated_sites:
-        rotated[site] = trace[site]["value"]
-    lp_plain, _ = log_density(make_model(data, plain), (model_arrays(data, plain),), {}, rotated)
+    rotated.update(values)
+    lp_plain = jax.jit(lambda v: log_density(make_model(data, plain), (model_arrays(data, plain),), {}, v)[0])(rotated)
     np.testing.assert_allclose(float(lp_split), float(lp_plain), rtol=1e-12)
     with pytest.raises(ValueError, match="split_means takes sites"):
         ModelOptions(split_means=("b",))
@@ -683,8 +696,8 @@ def test_generator_mean_loglik_equals_naive_loop_in_both_layouts(design):
 
     marg = ModelOptions(generator_mean=True, marginal=True)
     arrays = model_arrays(data, marg)
-    m = np.asarray(latent_mean(params, arrays))
-    m0 = np.asarray(latent_mean(off, model_arrays(data, ModelOptions(marginal=True))))
+    m = np.asarray(jax.jit(latent_mean)(params, arrays))
+    m0 = np.asarray(jax.jit(latent_mean)(off, model_arrays(data, ModelOptions(marginal=True))))
     np.testing.assert_allclose(m - m0, p["mu_gen"][data.answer_generator], atol=1e-12)
     assert np.isfinite(float(log_likelihood({k: v for k, v in params.items() if k != "eps"}, arrays, marg)))
     # μ_g joins the dense global block only when the option is on; the increment prior too.
@@ -696,8 +709,14 @@ def test_generator_mean_loglik_equals_naive_loop_in_both_layouts(design):
         opts = ModelOptions(shift_prior="increment", generator_mean=True)
         q = dict(p, eta_increment=p["eta"])
         del q["eta"]
-        ld, tr = log_density(make_model(data, opts), (model_arrays(data, opts),), {}, q)
-        assert np.isfinite(float(ld)) and tr["mu_gen"]["value"].shape == (2,)
+
+        @jax.jit
+        def density(values):
+            ld, tr = log_density(make_model(data, opts), (model_arrays(data, opts),), {}, values)
+            return ld, tr["mu_gen"]["value"]
+
+        ld, mu_gen = density(q)
+        assert np.isfinite(float(ld)) and mu_gen.shape == (2,)
 
 
 def test_simulated_truth_has_the_same_theta_in_both_parametrisations():
@@ -713,7 +732,7 @@ def test_simulated_truth_has_the_same_theta_in_both_parametrisations():
     theta = np.array([truth.theta[a] for a in data.answers])
     from context_effects.measurement.model import latent_quality
 
-    got = np.asarray(latent_quality(p_on, model_arrays(data, on)))[: data.n_answers]
+    got = np.asarray(jax.jit(latent_quality)(p_on, model_arrays(data, on)))[: data.n_answers]
     np.testing.assert_allclose(got, theta, atol=1e-12)
     # the trial baselines really are centred on each generator's planted mean
     b = pd.Series(truth.b)  # trial id "item|generator|seed" -> b_t
@@ -901,7 +920,7 @@ def _brute_force_marginal(data, params):
         lb, li = log_likelihood(q, arrays, opts, per_rating=True)
         return lb.sum(1)[:n].at[arrays["inf_answer"]].add(li.sum(1)), lb.sum(1)[n:].sum()
 
-    node, anchor = jax.vmap(per_answer)(jnp.asarray(grid))
+    node, anchor = jax.jit(jax.vmap(per_answer))(jnp.asarray(grid))
     lw = np.asarray(node) - 0.5 * grid[:, None] ** 2 - 0.5 * np.log(2 * np.pi) + np.log(grid[1] - grid[0])
     total = float(np.sum(jax.scipy.special.logsumexp(lw, axis=0)) + anchor[0])
     post = np.exp(lw - lw.max(0))
@@ -932,7 +951,7 @@ def test_marginal_likelihood_and_theta_moments_equal_brute_force_integral(sigma_
     total = float(log_likelihood(glob, arrays, opts))
     # ~0.1 log-units would already move a posterior; the quadrature is far closer
     assert abs(total - ref_total) < 1e-5 * data.n_answers, (total, ref_total)
-    m1, m2 = (np.asarray(v) for v in theta_moments(glob, arrays, opts))
+    m1, m2 = (np.asarray(v) for v in jax.jit(theta_moments, static_argnames="options")(glob, arrays, opts))
     np.testing.assert_allclose(m1, ref_m1, atol=1e-4)
     np.testing.assert_allclose(np.sqrt(m2 - m1**2), np.sqrt(ref_m2 - ref_m1**2), atol=1e-3)
     # the sampled-ε model's joint log-density does not depend on the option

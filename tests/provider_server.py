@@ -564,9 +564,10 @@ class _Handler(BaseHTTPRequestHandler):
             if p.latency_s:
                 p._stop.wait(p.latency_s)
             reply = make()
+            usage = dict(reply.get("usage") or {})
             with p._lock:
-                p.usage_log.append(dict(reply.get("usage") or {}))
-                self._entry.usage = dict(reply.get("usage") or {})
+                p.usage_log.append(usage)
+                self._entry.usage = dict(usage)  # its own copy: a test may change either
             if not p.report_usage:
                 reply.pop("usage", None)
             self._json(200, reply)

@@ -696,8 +696,9 @@ def test_generator_mean_loglik_equals_naive_loop_in_both_layouts(design):
 
     marg = ModelOptions(generator_mean=True, marginal=True)
     arrays = model_arrays(data, marg)
-    m = np.asarray(jax.jit(latent_mean)(params, arrays))
-    m0 = np.asarray(jax.jit(latent_mean)(off, model_arrays(data, ModelOptions(marginal=True))))
+    compiled_latent_mean = jax.jit(latent_mean)
+    m = np.asarray(compiled_latent_mean(params, arrays))
+    m0 = np.asarray(compiled_latent_mean(off, model_arrays(data, ModelOptions(marginal=True))))
     np.testing.assert_allclose(m - m0, p["mu_gen"][data.answer_generator], atol=1e-12)
     assert np.isfinite(float(log_likelihood({k: v for k, v in params.items() if k != "eps"}, arrays, marg)))
     # μ_g joins the dense global block only when the option is on; the increment prior too.

@@ -259,7 +259,17 @@ def _rank(unit: str, module: str) -> int:
     return len(LONG_UNITS)
 
 
+#: Every Python process a test starts runs this folder's ``sitecustomize`` first: the cyclic
+#: garbage collector off (what it saves, and why that is safe there, is in its docstring).
+SUBPROCESS_SITE = REPO / "tests" / "subprocess_site"
+
+
 def pytest_configure(config):
+    # Set where tests run (an xdist worker, or a plain pytest), so that the processes their
+    # tests start inherit it; the workers themselves, long-lived, keep the collector on.
+    if os.environ.get("PYTEST_XDIST_WORKER") or getattr(config.option, "dist", "no") == "no":
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(SUBPROCESS_SITE)]
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(SUBPROCESS_SITE), *paths])
     if getattr(config.option, "dist", "no") == "loadscope" and not os.environ.get("PYTEST_XDIST_WORKER"):
         import tempfile
 

@@ -20,8 +20,9 @@ import sys
 
 gc.disable()
 
-_here = os.path.dirname(os.path.abspath(__file__))
-_rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+# By real path: the folder may be on the path twice, once through a link.
+_here = os.path.dirname(os.path.realpath(__file__))
+_rest = [p for p in sys.path if os.path.realpath(p or os.curdir) != _here]
 _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
 if _spec is not None and _spec.loader is not None:
     _module = importlib.util.module_from_spec(_spec)

@@ -1,7 +1,7 @@
 """How fast this machine is right now, on the two kinds of work the test suite is made of.
 
 The suite's wall time moves with the host as much as with the code: on the 2-core test machine
-the same commit's pytest took 894 s one day and 1,257 s the next, every file about 1.4x
+the same tests' pytest took 894 s one day and 1,257 s the next, every file about 1.4x
 slower, and a fixed Python loop took between 1.95 and 3.2 s within ten minutes
 (docs/benchmarks.md, "The test suite"). A suite time is therefore only comparable with
 the figures taken beside it, before and after the run:
@@ -50,7 +50,7 @@ def xla_compile_seconds(trial: int) -> float:
 
     def log_density(params, x, y):
         # 12 layers of a small network: enough distinct operations for a compile of about a
-        # second, as a fit's programs are (a sampler loop is tens of seconds at most).
+        # second on this machine, the size of a small fit's programs.
         total = 0.0
         h = x
         for layer in range(12):

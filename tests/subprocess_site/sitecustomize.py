@@ -1,10 +1,10 @@
 """Run at the start of every Python process a test starts (``tests/conftest.py`` puts this
 folder first on the ``PYTHONPATH`` the tests hand down): the cyclic garbage collector off.
 
-The suite's worlds start some 800 short Python processes (Snakemake runs and their jobs),
-which spend about a tenth of their CPU in the collector's passes over what they import and
-build; off, the shared synthetic run takes about 9% less CPU (docs/benchmarks.md, "The test
-suite"). Reference counting still frees every object that is not in a cycle, an explicit
+The suite's worlds start some 800 short Python processes (Snakemake runs and their jobs).
+The collector's passes over what they import and build were 14% of the suite's CPU samples,
+most of them in these processes; with it off, the shared synthetic run takes about 10% less
+CPU (docs/benchmarks.md, "The test suite"). Reference counting still frees every object that is not in a cycle, an explicit
 ``gc.collect()`` still collects, and the processes are short. Users' runs keep Python's
 default.
 

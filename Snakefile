@@ -70,6 +70,14 @@ onstart:
     # Under the slurm executor: an account sacctmgr does not list stops here, not at the
     # first submission (where the plugin's error leaves the run waiting, silent).
     cluster.require_known_accounts(workflow)
+    # A local run's scheduler wakes when a job finishes, not on the job rate limiter's
+    # timers as well (context_effects.cluster, drop_local_job_rate_limit).
+    if cluster.drop_local_job_rate_limit(workflow):
+        import logging
+
+        logging.getLogger("snakemake.logging").debug(
+            "local run: no job rate limit, the scheduler wakes as jobs finish"
+        )
 
 
 onerror:

@@ -183,7 +183,7 @@ def _start_as_installed(workdir: Path) -> dict:
     # data, the AMEL code-review items (all local) and the conversion of the packaged
     # model; the local ones would be submitted in the same pass, within seconds.
     run = Submission(workdir, REPO / "config" / "demo.yaml", n_expected=1, profile="slurm",
-                     env_extra={"XDG_CONFIG_HOME": str(home)}, settle=8)
+                     env_extra={"XDG_CONFIG_HOME": str(home)}, settle=8, extra=("--verbose",))
     return {"run": run, "home": home}
 
 
@@ -210,6 +210,11 @@ def test_slurm_profile_as_installed_submits_cluster_jobs_only(runs):
     convert = shlex.split(lines["convert_gguf_model"])
     assert _arg(convert, "-t") == "30" and _arg(convert, "--mem") == "8000"
     assert "--cpus-per-task=4" in convert
+    # The profile's submission rate is the one Snakemake applies (a `max-jobs-per-second`
+    # key was overridden by the command line's default, 100/1s), and a cluster run keeps it.
+    output = started["run"].output.read_text(errors="replace")
+    assert "Submitting maximum 5 job(s) over 1.0 second(s)" in output, output[-4000:]
+    assert "local run: no job rate limit" not in output
 
 
 def test_slurm_profile_ships_no_account_and_no_conda():

@@ -91,17 +91,24 @@ def test_bad_config_fails_before_any_job(workdir, tmp_path):
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
 
 
+DATA_TARGETS = ("results/items/truthfulqa.parquet", "results/items/mmlu_pro.parquet",
+                "results/items/arc_challenge.parquet", "results/run/manifest.json")
+#: What the Snakefile's onstart says (at debug level) when it takes out the job rate limiter.
+NO_RATE_LIMIT = "local run: no job rate limit"
+
+
 def test_demo_data_rules_run(workdir):
-    """The data rules of the embedded default run for real and produce valid item tables."""
+    """The data rules of the embedded default run for real and produce valid item tables.
+    (With a job rate limit of the user's own, which a local run keeps.)"""
     from context_effects.datasets import read_items, validate_items
 
     res = run_snakemake(
         "--cores", "2", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--configfile=" + str(REPO / "config" / "demo.yaml"),
-        "results/items/truthfulqa.parquet", "results/items/mmlu_pro.parquet",
-        "results/items/arc_challenge.parquet", "results/run/manifest.json",
+        "--configfile=" + str(REPO / "config" / "demo.yaml"), "--max-jobs-per-timespan", "1000/1s", "--verbose",
+        *DATA_TARGETS,
     )
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "Submitting maximum 1000 job(s) over 1.0 second(s)" in res.stderr and NO_RATE_LIMIT not in res.stderr
     for ds in ("truthfulqa", "mmlu_pro", "arc_challenge"):
         items = read_items(workdir / "results" / "items" / f"{ds}.parquet")
         validate_items(items)
@@ -109,6 +116,21 @@ def test_demo_data_rules_run(workdir):
     manifest = (workdir / "results" / "run" / "manifest.json").read_text()
     assert "not findings" in manifest and '"kind": "demo"' in manifest
 
+
+def test_a_local_run_schedules_as_jobs_finish_not_on_a_timer(workdir):
+    """With Snakemake's default job rate limit (100/1s) a local scheduler also woke once a
+    second per finished job while jobs waited for a core, re-reading every ready job's
+    inputs each time (docs/benchmarks.md, "Snakemake's own process"). Without it: four
+    ready jobs on one core take exactly four passes, one at the start and one as each of
+    the first three finishes (with the limiter kept, 5 and 8 in two runs)."""
+    res = run_snakemake(
+        "--cores", "1", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--configfile=" + str(REPO / "config" / "demo.yaml"), "--verbose", *DATA_TARGETS,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert NO_RATE_LIMIT in res.stderr
+    ready = [line for line in res.stderr.splitlines() if line.startswith("Ready jobs: ")]
+    assert ready == [f"Ready jobs: {n}" for n in (4, 3, 2, 1)], ready
 
 def test_resource_names_are_checked_after_every_rule_file():
     """The rule names are known only after every include, so the check is the Snakefile's last statement."""

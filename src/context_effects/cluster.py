@@ -117,6 +117,34 @@ def require_known_accounts(workflow: Any) -> None:
                            f"(sacctmgr lists: {', '.join(sorted(listed)) or 'none'}); {fix}")
 
 
+#: Snakemake's default job rate limit (``--max-jobs-per-timespan 100/1s``): jobs started, seconds.
+DEFAULT_JOB_RATE = (100, 1)
+
+
+def drop_local_job_rate_limit(workflow: Any) -> bool:
+    """In a local run, take Snakemake's job rate limiter out of its scheduler, unless the
+    user set a limit of their own; returns whether it was taken out. Call it from
+    ``onstart`` (the scheduler exists, no job has been selected yet).
+
+    The limiter (``--max-jobs-per-timespan``) paces submissions to a cluster. Locally it
+    only costs: each scheduling pass that finds ready jobs waiting for a core starts a
+    timer that wakes the scheduler again a timespan later, and every finished job starts
+    one more such chain, so while jobs wait for cores the passes grow with the square of
+    the jobs run, each pass re-reading every ready job's input sizes and params
+    (docs/benchmarks.md, "Snakemake's own process": the test suite's shared synthetic run,
+    161 jobs on two cores, 23 CPU-s of Snakemake's process and 159 threads with it, 9 and
+    7 without). Without a limiter the scheduler wakes when a job finishes, which is when a
+    core frees; Snakemake's own Python API runs that way by default."""
+    scheduler = getattr(workflow, "scheduler", None)
+    limiter = getattr(scheduler, "job_rate_limiter", None)
+    if limiter is None or not workflow.local_exec:
+        return False
+    if (limiter.max_jobs, limiter.timespan) != DEFAULT_JOB_RATE:
+        return False
+    scheduler.job_rate_limiter = None
+    return True
+
+
 def cancel_jobs_left_in_queue(workflow: Any) -> list[str]:
     """Under the slurm executor, once the run has stopped (``onerror``: Ctrl-C, or a
     failure): cancel every job of this run still queued or running, and return their ids.

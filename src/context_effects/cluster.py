@@ -10,6 +10,10 @@ hold a model, a GPU, a long API session or minutes of CPU, and are submitted.
 Every rule of the workflow is in exactly one of the two mappings (the test suite
 checks it against the parsed workflow), so a new rule is placed on purpose. Under the
 local executor (`make demo`) both run alike.
+
+The Snakefile's hooks that depend on where the run executes live here too: the Slurm
+account check, the cancelling of a stopped run's leftover cluster jobs, and a local
+run's scheduler without Snakemake's job rate limiter.
 """
 
 from __future__ import annotations
@@ -132,8 +136,8 @@ def drop_local_job_rate_limit(workflow: Any) -> bool:
     one more such chain, so while jobs wait for cores the passes grow with the square of
     the jobs run, each pass re-reading every ready job's input sizes and params
     (docs/benchmarks.md, "Snakemake's own process": the test suite's shared synthetic run,
-    161 jobs on two cores, 23 CPU-s of Snakemake's process and 159 threads with it, 9 and
-    7 without). Without a limiter the scheduler wakes when a job finishes, which is when a
+    161 jobs on two cores: about 25 CPU-s of Snakemake's process and up to 159 threads with
+    it, about 10 and 7 without). Without a limiter the scheduler wakes when a job finishes, which is when a
     core frees; Snakemake's own Python API runs that way by default."""
     scheduler = getattr(workflow, "scheduler", None)
     limiter = getattr(scheduler, "job_rate_limiter", None)

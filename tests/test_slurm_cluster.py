@@ -208,7 +208,8 @@ def slurm_run(cluster, local_run, tmp_path_factory):
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
     return {"workdir": workdir, "config": config, "cancelled": cancelled, "ctrl_c": ctrl_c, "presses": presses,
-            "left_after_ctrl_c": left, "before": before, "incomplete": incomplete, "after": _outputs(workdir), "jobs": cluster.jobs(), "run": run}
+            "left_after_ctrl_c": left, "before": before, "incomplete": incomplete, "after": _outputs(workdir),
+            "jobs": cluster.jobs(), "run": run}
 
 
 def test_a_cancelled_job_fails_and_is_retried_and_ctrl_c_leaves_no_job(slurm_run):
@@ -216,7 +217,7 @@ def test_a_cancelled_job_fails_and_is_retried_and_ctrl_c_leaves_no_job(slurm_run
     retries), not polled as running for ever; Ctrl-C cancels the run's queued jobs."""
     cancelled = slurm_run["cancelled"]
     assert "CANCELLED" in slurm_run["run"].log(0)
-    assert TERMINATING in slurm_run["run"].log(0), "the run ended before its Ctrl-C"
+    assert TERMINATING in slurm_run["run"].log(0), f"the run ended before its Ctrl-C ({slurm_run['presses']} pressed)"
     assert not slurm_run["left_after_ctrl_c"], slurm_run["left_after_ctrl_c"]
     same = sorted((j for j in slurm_run["jobs"] if j["comment"] == cancelled["comment"]), key=lambda j: int(j["id"]))
     assert len(same) >= 2 and same[0]["id"] == cancelled["id"] and same[0]["state"] == "CANCELLED", same

@@ -132,6 +132,7 @@ def test_a_local_run_schedules_as_jobs_finish_not_on_a_timer(workdir):
     ready = [line for line in res.stderr.splitlines() if line.startswith("Ready jobs: ")]
     assert ready == [f"Ready jobs: {n}" for n in (4, 3, 2, 1)], ready
 
+
 def test_resource_names_are_checked_after_every_rule_file():
     """The rule names are known only after every include, so the check is the Snakefile's last statement."""
     snakefile = (REPO / "Snakefile").read_text()
